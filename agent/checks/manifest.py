@@ -1,0 +1,73 @@
+"""The check manifest (verification_scripts/manifest.yaml), SKU profiles and known-bad versions."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field
+
+from agent.paths import SCRIPTS_DIR
+
+Tier = Literal["passive", "active", "intrusive"]
+LIB_SCRIPT = "checklib.py"
+
+
+class CheckSpec(BaseModel):
+    id: str
+    script: str
+    description: str
+    nodes: list[str]
+    needs: list[Literal["gpu", "root", "idle_gpus", "two_nodes"]] = Field(default_factory=list)
+    timeout_s: float = 60
+    expected_cost_s: float = 1
+    tier: Tier = "passive"
+    compare: list[str] = Field(default_factory=list)
+
+    @property
+    def script_path(self) -> Path:
+        return SCRIPTS_DIR / self.script
+
+    @property
+    def needs_approval(self) -> bool:
+        return self.tier != "passive"
+
+
+class Manifest(BaseModel):
+    checks: list[CheckSpec]
+
+    def get(self, check_id: str) -> CheckSpec:
+        for spec in self.checks:
+            if spec.id == check_id:
+                return spec
+        raise KeyError(f"unknown check {check_id!r}; valid: {', '.join(self.ids())}")
+
+    def ids(self) -> list[str]:
+        return [c.id for c in self.checks]
+
+    def for_node(self, label: str) -> list[CheckSpec]:
+        return [c for c in self.checks if label in c.nodes]
+
+
+@lru_cache(maxsize=4)
+def load_manifest(path: Path = SCRIPTS_DIR / "manifest.yaml") -> Manifest:
+    return Manifest.model_validate(yaml.safe_load(path.read_text()))
+
+
+@lru_cache(maxsize=4)
+def load_profiles(path: Path = SCRIPTS_DIR / "profiles.yaml") -> dict[str, dict[str, Any]]:
+    return yaml.safe_load(path.read_text())
+
+
+def profile(name: str) -> dict[str, Any]:
+    profiles = load_profiles()
+    if name not in profiles:
+        raise KeyError(f"unknown profile {name!r}; valid: {', '.join(profiles)}")
+    return {"name": name, **profiles[name]}
+
+
+@lru_cache(maxsize=1)
+def load_known_bad(path: Path = SCRIPTS_DIR / "known_bad.yaml") -> dict[str, Any]:
+    return yaml.safe_load(path.read_text()) if path.exists() else {}

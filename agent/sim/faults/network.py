@@ -1,0 +1,3 @@
+"""network faults and noise for simulated hosts."""
+
+from __future__ import annotations
