@@ -29,7 +29,7 @@ demo: install
 	$(BIN)/aidai demo
 
 bench: install
-	$(BIN)/python eval/bench_checks.py
+	$(BIN)/python -m eval.bench_checks
 
 clean:
 	rm -rf $(VENV) demo-host

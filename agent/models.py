@@ -40,7 +40,9 @@ class CheckResult(BaseModel):
     metrics: dict[str, Any] = Field(default_factory=dict)
     duration_s: float = 0.0
     tier: str = "passive"
+    targets: list[str] = Field(default_factory=list)
     cmds: list[str] = Field(default_factory=list)
+    raw_excerpt: str = ""  # at most 4 KB of the tools' output, for the ticket
     reason: str = ""  # why the verdict is UNKNOWN (tool missing, timeout, approval required, ...)
     output_sha256: str = ""
     expected_cost_s: float = 0.0

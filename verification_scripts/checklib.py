@@ -208,7 +208,7 @@ def main(name, body):
         body(check)
     except SystemExit:
         raise
-    except Exception as exc:  # noqa: BLE001 - a broken parser must not hide as PASS
+    except Exception as exc:  # a broken parser must not hide as PASS
         tb = traceback.format_exc().strip().splitlines()
         check.unknown("check crashed: %s: %s (%s)" % (type(exc).__name__, exc, tb[-2].strip() if len(tb) > 1 else ""))
     check.finish()
@@ -311,11 +311,11 @@ def parse_q_sections(text):
             value = value.strip()
             stack = stack[:level]
             if value:
-                current["/".join(stack + [key])] = value
+                current["/".join([*stack, key])] = value
             else:
                 stack.append(key)
         else:
-            stack = stack[:level] + [raw.strip()]
+            stack = [*stack[:level], raw.strip()]
     return gpus
 
 
@@ -335,7 +335,7 @@ def kernel_log(check, since_epoch=None):
     cmd = check.run(["dmesg", "--time-format", "iso"], timeout=60)
     if cmd.ok:
         lines = [(_iso_epoch(line), line) for line in cmd.out.splitlines() if line.strip()]
-        return [(t, l) for t, l in lines if t is None or t >= since_epoch], "dmesg"
+        return [(t, text) for t, text in lines if t is None or t >= since_epoch], "dmesg"
     reasons.append(cmd.why())
     for path in ("/var/log/kern.log", "/var/log/syslog", "/var/log/messages"):
         text = check.read(path)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from agent.sim.state import HostState, LogLine
 from agent.sim.tools import ToolOutput, usage_error
@@ -23,7 +23,7 @@ def _boot_lines(host: HostState) -> list[LogLine]:
 
 
 def _iso(epoch: float, sep: str = ",") -> str:
-    stamp = datetime.fromtimestamp(epoch, tz=timezone.utc)
+    stamp = datetime.fromtimestamp(epoch, tz=UTC)
     return stamp.strftime("%Y-%m-%dT%H:%M:%S") + f"{sep}{stamp.microsecond:06d}+00:00"
 
 

@@ -1,0 +1,141 @@
+"""Run checks on hosts: approval gate for non-passive tiers, fan-out, per-(host, check) cache, parsing
+script output into `CheckResult`, and the cross-host comparison of metrics the manifest names."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pydantic import ValidationError
+
+from agent.checks.manifest import CheckSpec, Manifest, load_known_bad, load_manifest, profile
+from agent.executors.base import Executor, ScriptRun
+from agent.models import CheckResult, Finding, Verdict
+
+Approver = Callable[[CheckSpec, str], bool]
+DEFAULT_PROFILE = "H100-SXM-8"
+
+
+class CheckRunner:
+    """One runner per incident: results are cached per (host, check) for its lifetime."""
+
+    def __init__(self, executors: list[Executor], *, approve: bool | Approver = False,
+                 profile_name: str | None = None, params: dict[str, Any] | None = None,
+                 manifest: Manifest | None = None, workers: int = 4,
+                 on_result: Callable[[CheckResult], None] | None = None):
+        self.executors = {e.name: e for e in executors}
+        self.manifest = manifest or load_manifest()
+        self.approve = approve
+        self.profile_name = profile_name
+        self.params = params or {}
+        self.workers = max(1, workers)
+        self.on_result = on_result
+        self.cache: dict[tuple[str, str], CheckResult] = {}
+
+    def passive_ids(self, include_active: bool = False) -> list[str]:
+        return [c.id for c in self.manifest.checks if c.tier == "passive" or include_active]
+
+    def run(self, check_ids: Iterable[str], hosts: Iterable[str] | None = None) -> list[CheckResult]:
+        specs = [self.manifest.get(cid) for cid in check_ids]
+        names = list(hosts) if hosts is not None else list(self.executors)
+        for name in names:
+            if name not in self.executors:
+                raise KeyError(f"unknown host {name!r}; known: {', '.join(self.executors)}")
+        jobs = [(name, spec) for spec in specs for name in names]
+        results: dict[tuple[str, str], CheckResult] = {}
+        todo = []
+        for name, spec in jobs:
+            cached = self.cache.get((name, spec.id))
+            if cached is not None:
+                results[(name, spec.id)] = cached.model_copy(update={"cached": True})
+            else:
+                todo.append((name, spec))
+        # approvals are asked here, one at a time, before anything runs in parallel
+        approved = {(n, s.id): not s.needs_approval or self._approved(s, n) for n, s in todo}
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            runs = pool.map(lambda job: self._run_one(*job, approved[(job[0], job[1].id)]), todo)
+            for (name, spec), result in zip(todo, runs, strict=True):
+                results[(name, spec.id)] = result
+        self._compare_across_hosts(specs, names, results)
+        for key in ((n, s.id) for n, s in todo):
+            self.cache[key] = results[key]
+            if self.on_result:
+                self.on_result(results[key])
+        return [results[(name, spec.id)] for name, spec in jobs]
+
+    def _run_one(self, host: str, spec: CheckSpec, approved: bool) -> CheckResult:
+        if not approved:
+            return CheckResult(check=spec.id, host=host, verdict=Verdict.UNKNOWN, tier=spec.tier,
+                               expected_cost_s=spec.expected_cost_s,
+                               summary=f"not run: {spec.tier} check needs approval",
+                               reason=f"{spec.tier} check ({spec.description}; about {spec.expected_cost_s:.0f} s, "
+                                      f"needs {', '.join(spec.needs) or 'nothing'}) was not approved; "
+                                      f"re-run with --approve-active to allow it")
+        executor = self.executors[host]
+        params = {"host": host, "profile": profile(self._profile_for(executor)), "known_bad": load_known_bad(),
+                  "window_s": 7200, **self.params}
+        run = executor.run_script(spec.script_path, params, spec.timeout_s)
+        return to_result(spec, host, run)
+
+    def _approved(self, spec: CheckSpec, host: str) -> bool:
+        if callable(self.approve):
+            return bool(self.approve(spec, host))
+        return bool(self.approve)
+
+    def _profile_for(self, executor: Executor) -> str:
+        return self.profile_name or executor.profile or DEFAULT_PROFILE
+
+    def _compare_across_hosts(self, specs: list[CheckSpec], names: list[str],
+                              results: dict[tuple[str, str], CheckResult]) -> None:
+        if len(names) < 2:
+            return
+        for spec in specs:
+            for key in spec.compare:
+                values = {n: results[(n, spec.id)].metrics.get(key) for n in names
+                          if results[(n, spec.id)].verdict != Verdict.UNKNOWN}
+                values = {n: v for n, v in values.items() if v is not None}
+                seen = {json.dumps(v, sort_keys=True) for v in values.values()}
+                if len(seen) < 2:
+                    continue
+                counts = Counter(json.dumps(v, sort_keys=True) for v in values.values())
+                top, top_n = counts.most_common(1)[0]
+                has_majority = top_n > len(values) / 2
+                listing = ", ".join(f"{n}={v}" for n, v in values.items())
+                for name, value in values.items():
+                    if has_majority and json.dumps(value, sort_keys=True) == top:
+                        continue
+                    result = results[(name, spec.id)]
+                    result.findings.append(Finding(id=f"cross_host_{key}", severity="FAIL", entity=name,
+                                                   message=f"{key} differs across hosts: {listing}"))
+                    result.verdict = Verdict.FAIL
+                    result.summary = f"{key} differs across hosts ({listing}); {result.summary}"
+
+
+def to_result(spec: CheckSpec, host: str, run: ScriptRun) -> CheckResult:
+    """Parse a script's single JSON line; anything else is UNKNOWN with the reason, never PASS."""
+    base = {"check": spec.id, "host": host, "tier": spec.tier, "expected_cost_s": spec.expected_cost_s,
+            "duration_s": round(run.duration_s, 3),
+            "output_sha256": hashlib.sha256(run.stdout.encode()).hexdigest()}
+    if run.error:
+        return CheckResult(**base, verdict=Verdict.UNKNOWN, summary=f"could not run: {run.error}", reason=run.error)
+    lines = [line for line in run.stdout.splitlines() if line.strip().startswith("{")]
+    if run.rc != 0 or not lines:
+        tail = (run.stderr or run.stdout).strip().splitlines()[-3:]
+        reason = f"script exited {run.rc} without an evidence object: {' | '.join(tail) or 'no output'}"
+        return CheckResult(**base, verdict=Verdict.UNKNOWN, summary=reason, reason=reason)
+    try:
+        data = json.loads(lines[-1])
+        parsed = CheckResult.model_validate({**data, **base, "duration_s": data.get("duration_s", run.duration_s)})
+    except (json.JSONDecodeError, ValidationError) as exc:
+        reason = f"unparseable evidence object: {str(exc).splitlines()[0]}"
+        return CheckResult(**base, verdict=Verdict.UNKNOWN, summary=reason, reason=reason)
+    if data.get("check") != spec.id:
+        reason = f"script reported check {data.get('check')!r}, expected {spec.id!r}"
+        return CheckResult(**base, verdict=Verdict.UNKNOWN, summary=reason, reason=reason)
+    if parsed.verdict == Verdict.UNKNOWN and not parsed.reason:
+        parsed.reason = parsed.summary
+    return parsed

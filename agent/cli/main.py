@@ -1,0 +1,17 @@
+"""The `aidai` command: one Typer app, one sub-app per area. Faces stay thin."""
+
+from __future__ import annotations
+
+import typer
+
+from agent.cli import checks_cmd, demo_cmd, sim_cmd, taxonomy_cmd
+
+app = typer.Typer(help="aidai: diagnosis assistant for AI workload incidents on GPU machines.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+app.add_typer(checks_cmd.app, name="checks")
+app.add_typer(sim_cmd.app, name="sim")
+app.add_typer(taxonomy_cmd.app, name="taxonomy")
+app.command("demo")(demo_cmd.demo)
+
+if __name__ == "__main__":
+    app()

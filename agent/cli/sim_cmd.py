@@ -1,0 +1,68 @@
+"""`aidai sim create|faults`: simulated hosts with faults from FAULTS.md."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from agent.checks.manifest import load_profiles
+from agent.sim.faults import REGISTRY, FaultError
+from agent.sim.faults.registry import parse_cli_spec
+from agent.sim.scenario import create_scenario, scenario_from_record
+
+app = typer.Typer(help="Simulated GPU hosts that render real tool output.", no_args_is_help=True)
+console = Console()
+
+
+@app.command("create")
+def create(
+    directory: Annotated[Path, typer.Argument(help="Directory to create (replaced if it holds a scenario).")],
+    fault: Annotated[list[str] | None, typer.Option("--fault", help="ID[:k=v,...] (repeatable).")] = None,
+    noise: Annotated[list[str] | None, typer.Option("--noise", help="ID[:k=v,...] (repeatable).")] = None,
+    profile: Annotated[str, typer.Option(help="Healthy host profile.")] = "H100-SXM-8",
+    hosts: Annotated[str | None, typer.Option(help="Comma-separated host names, e.g. node-1,node-2.")] = None,
+    record: Annotated[Path | None, typer.Option(help="Incident JSONL file to take the scenario from.")] = None,
+    record_id: Annotated[str | None, typer.Option("--id", help="Record id inside --record.")] = None,
+) -> None:
+    """Create a simulated scenario; run checks on it with `--host sim:DIR`."""
+    if profile not in load_profiles():
+        raise typer.BadParameter(f"unknown profile {profile!r}; valid: {', '.join(load_profiles())}")
+    try:
+        if record is not None:
+            if record_id is None or fault or noise:
+                raise typer.BadParameter("--record needs --id and takes no --fault/--noise")
+            scenario = scenario_from_record(directory, record, record_id)
+        else:
+            if record_id is not None:
+                raise typer.BadParameter("--id needs --record")
+            scenario = create_scenario(directory, [parse_cli_spec(f) for f in fault or []],
+                                       [parse_cli_spec(n) for n in noise or []], profile,
+                                       [h.strip() for h in hosts.split(",") if h.strip()] if hosts else None)
+    except (FaultError, KeyError, ValueError, FileExistsError, OSError) as exc:
+        message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+        raise typer.BadParameter(str(message)) from None
+    names = ", ".join(h.hostname for h in scenario.hosts)
+    console.print(f"created {scenario.root} ({scenario.profile}; hosts: {names})")
+    console.print(f"run: aidai checks run --all --host sim:{scenario.root}")
+
+
+@app.command("faults")
+def list_faults(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Every fault and noise id with its params and taxonomy leaf."""
+    rows = [{"id": d.id, "leaf": d.leaf, "params": {p.name: p.default for p in d.params}, "scope": d.scope,
+             "summary": d.summary} for d in sorted(REGISTRY.values(), key=lambda d: (d.is_noise, d.id))]
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return
+    table = Table(title=f"{len(rows)} fault and noise ids")
+    for col in ("id", "leaf", "params"):
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        params = ", ".join(f"{k}={v}" for k, v in row["params"].items())
+        table.add_row(row["id"], row["leaf"] or "(noise)", params)
+    console.print(table)
