@@ -1,0 +1,253 @@
+"""The incident taxonomy (taxonomy/taxonomy.json): an anytree of nodes with signatures, checks and runbooks.
+
+A node's label is its dotted path below ROOT (e.g. GPU.MEMORY.UNCORRECTABLE_ECC); leaves are root-cause labels.
+taxonomy/schema.json documents the file format; the same rules are enforced here with pydantic (so jsonschema
+is not a dependency), plus the cross-file rules: checks exist in the manifest and agree with its `nodes` lists.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import json
+import re
+from functools import cached_property, lru_cache
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args
+
+from anytree import NodeMixin, PreOrderIter
+from anytree.importer import DictImporter
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+
+from agent.checks.manifest import Manifest, load_manifest
+from agent.paths import TAXONOMY_DIR
+
+TAXONOMY_PATH = TAXONOMY_DIR / "taxonomy.json"
+Severity = Literal["critical", "high", "medium", "low"]
+SEVERITIES: tuple[str, ...] = get_args(Severity)
+Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+
+
+class TaxonomyError(ValueError):
+    """The taxonomy file is missing, unreadable or breaks the schema/rules; `problems` lists why."""
+
+    def __init__(self, message: str, problems: list[str] | None = None):
+        self.problems = problems or []
+        super().__init__(message + "".join(f"\n  - {p}" for p in self.problems))
+
+
+class NodeSpec(BaseModel):
+    """One node below ROOT, as stored in the JSON (mirrors $defs/node in schema.json)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: Annotated[str, StringConstraints(pattern=r"^[A-Z][A-Z0-9_]*$")]
+    description: Text
+    severity: Severity
+    signatures: list[Text]
+    checks: list[Text]
+    runbook: Text
+    xids: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list)
+    children: list[NodeSpec] = Field(default_factory=list, min_length=1)
+
+
+class RootSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: Literal["ROOT"]
+    description: Text
+    version: int = 1
+    children: list[NodeSpec] = Field(min_length=1)
+
+
+class TaxNode(NodeMixin):
+    """A taxonomy node; DictImporter passes the JSON keys as keyword arguments."""
+
+    def __init__(self, name: str, description: str = "", severity: str = "medium",
+                 signatures: list[str] | None = None, checks: list[str] | None = None, runbook: str = "",
+                 xids: list[int] | None = None, parent: TaxNode | None = None, **extra: Any):
+        self.name = name
+        self.description = description
+        self.severity = severity
+        self.signatures: list[str] = list(signatures or [])
+        self.checks: list[str] = list(checks or [])
+        self.runbook = runbook
+        self.xids: list[int] = list(xids or [])
+        self.extra = extra
+        self.parent = parent
+
+    @property
+    def label(self) -> str:
+        return ".".join(n.name for n in self.path[1:])
+
+    @cached_property
+    def patterns(self) -> list[re.Pattern[str]]:
+        return [re.compile(s, re.IGNORECASE) for s in self.signatures]
+
+    def matching_signatures(self, text: str) -> list[str]:
+        """The signatures of this node that occur in `text` (searched line by line, case-insensitively)."""
+        lines = text.splitlines() or [text]
+        return [p.pattern for p in self.patterns if any(p.search(line) for line in lines)]
+
+    def __repr__(self) -> str:
+        return f"TaxNode({self.label or 'ROOT'!r})"
+
+
+def _where(data: Any, loc: tuple[Any, ...]) -> str:
+    """Turn a pydantic error location (children, 0, children, 2, field) into 'GPU.MEMORY: field'."""
+    names: list[str] = []
+    node, rest = data, list(loc)
+    while len(rest) >= 2 and rest[0] == "children" and isinstance(rest[1], int):
+        try:
+            node = node["children"][rest[1]]
+            names.append(str(node["name"]))
+        except (KeyError, IndexError, TypeError):
+            names.append(f"#{rest[1]}")
+        rest = rest[2:]
+    return f"{'.'.join(names) or 'ROOT'}: {'.'.join(map(str, rest)) or 'node'}"
+
+
+def _rule_problems(data: dict[str, Any], manifest: Manifest) -> list[str]:
+    problems: list[str] = []
+    known = set(manifest.ids())
+    labels: dict[str, dict[str, Any]] = {}
+
+    def walk(node: dict[str, Any], label: str) -> set[str]:
+        names = [c["name"] for c in node.get("children", [])]
+        for dup in sorted({n for n in names if names.count(n) > 1}):
+            problems.append(f"{label or 'ROOT'}: duplicate child name {dup!r}")
+        reachable: set[str] = set(node.get("checks", []))
+        for child in node.get("children", []):
+            child_label = f"{label}.{child['name']}" if label else child["name"]
+            labels[child_label] = child
+            reachable |= walk(child, child_label)
+        if not label:
+            return reachable
+        for sig in node.get("signatures", []):
+            try:
+                if re.compile(sig, re.IGNORECASE).search(""):
+                    problems.append(f"{label}: signature {sig!r} matches the empty string")
+            except re.error as exc:
+                problems.append(f"{label}: signature {sig!r} is not a valid regex ({exc})")
+        for check in node.get("checks", []):
+            if check not in known:
+                problems.append(f"{label}: check {check!r} is not in the manifest")
+        for key in ("checks", "xids"):
+            if len(set(node.get(key, []))) != len(node.get(key, [])):
+                problems.append(f"{label}: duplicate entries in {key}")
+        if not reachable:
+            problems.append(f"{label}: no check reachable (none on the node or any descendant)")
+        return reachable
+
+    walk(data, "")
+    for spec in manifest.checks:
+        for label in spec.nodes:
+            if label not in labels:
+                problems.append(f"manifest: check {spec.id!r} names unknown taxonomy node {label!r}")
+            elif spec.id not in labels[label].get("checks", []):
+                problems.append(f"{label}: manifest says {spec.id!r} verifies it, but the node does not list it")
+    for label, node in labels.items():
+        for check in node.get("checks", []):
+            if check in known and label not in manifest.get(check).nodes:
+                problems.append(f"{label}: lists {check!r}, but the manifest's nodes for {check!r} omit it")
+    return problems
+
+
+def validate_data(data: Any, manifest: Manifest | None = None) -> list[str]:
+    """Every problem with a taxonomy dict: schema first; the rules run only on schema-valid data."""
+    try:
+        RootSpec.model_validate(data)
+    except ValidationError as exc:
+        return [f"{_where(data, tuple(e['loc']))}: {e['msg']}" for e in exc.errors()]
+    return _rule_problems(data, manifest if manifest is not None else load_manifest())
+
+
+def read_taxonomy_file(path: Path | None = None) -> dict[str, Any]:
+    path = Path(path) if path is not None else TAXONOMY_PATH
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TaxonomyError(f"cannot read taxonomy {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise TaxonomyError(f"taxonomy {path} must hold a JSON object")
+    return data
+
+
+class Taxonomy:
+    """The loaded tree plus lookups by label. Build with load_taxonomy() or Taxonomy.from_dict()."""
+
+    def __init__(self, data: dict[str, Any], manifest: Manifest | None = None):
+        self.manifest = manifest if manifest is not None else load_manifest()
+        self.data = data
+        self.root: TaxNode = DictImporter(nodecls=TaxNode).import_(copy.deepcopy(data))
+        self._by_label: dict[str, TaxNode] = {n.label: n for n in PreOrderIter(self.root) if n is not self.root}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], manifest: Manifest | None = None) -> Taxonomy:
+        """Validate, then build; raises TaxonomyError listing every problem."""
+        problems = validate_data(data, manifest)
+        if problems:
+            raise TaxonomyError(f"taxonomy is invalid ({len(problems)} problems)", problems)
+        return cls(data, manifest)
+
+    def node(self, label: str) -> TaxNode:
+        if label in ("", "ROOT"):
+            return self.root
+        if label in self._by_label:
+            return self._by_label[label]
+        key = label.strip().upper()
+        suggestions = [lb for lb in self._by_label if lb == key or lb.endswith("." + key)]
+        suggestions += difflib.get_close_matches(key, list(self._by_label), n=3, cutoff=0.6)
+        hint = ", ".join(dict.fromkeys(suggestions)) or "none close; run `aidai taxonomy show` to list them"
+        raise KeyError(f"unknown taxonomy node {label!r}; did you mean: {hint}")
+
+    def label(self, node: TaxNode) -> str:
+        return node.label
+
+    def labels(self, leaves_only: bool = False) -> list[str]:
+        return [lb for lb, n in self._by_label.items() if n.is_leaf or not leaves_only]
+
+    def leaves(self, label: str = "") -> list[TaxNode]:
+        return [n for n in PreOrderIter(self.node(label)) if n.is_leaf and n is not self.root]
+
+    def children(self, label: str = "") -> list[TaxNode]:
+        return list(self.node(label).children)
+
+    def checks_for(self, label: str, include_descendants: bool = False) -> list[str]:
+        """Check ids of the node (and, optionally, its descendants), in first-seen order, without duplicates."""
+        nodes = PreOrderIter(self.node(label)) if include_descendants else [self.node(label)]
+        return list(dict.fromkeys(c for n in nodes for c in n.checks))
+
+    def signatures_for(self, label: str, include_descendants: bool = False) -> list[str]:
+        """Signature regexes of the node (and, optionally, its descendants: a planner deciding whether to
+        descend should weigh every leaf below, since internal nodes carry only broad markers)."""
+        nodes = PreOrderIter(self.node(label)) if include_descendants else [self.node(label)]
+        return list(dict.fromkeys(s for n in nodes for s in n.signatures))
+
+    def xid_map(self) -> dict[int, list[str]]:
+        """Xid code -> labels of the leaves it points to."""
+        out: dict[int, list[str]] = {}
+        for leaf in self.leaves():
+            for xid in leaf.xids:
+                out.setdefault(xid, []).append(leaf.label)
+        return out
+
+    def to_dict(self, label: str = "") -> dict[str, Any]:
+        """The subtree below (and including) `label` as stored in the JSON."""
+        node = self.node(label)
+        if node is self.root:
+            return copy.deepcopy(self.data)
+        raw: dict[str, Any] = self.data
+        for name in label.split("."):
+            raw = next(c for c in raw["children"] if c["name"] == name)
+        return copy.deepcopy(raw)
+
+    def validate(self) -> list[str]:
+        return validate_data(self.data, self.manifest)
+
+    def __len__(self) -> int:
+        return len(self._by_label)
+
+
+@lru_cache(maxsize=4)
+def load_taxonomy(path: Path | None = None) -> Taxonomy:
+    """The shipped (or given) taxonomy, validated against the schema, the rules and the manifest; cached."""
+    return Taxonomy.from_dict(read_taxonomy_file(path))
