@@ -31,7 +31,7 @@ def body(c):
     if not c.metrics["nvidia_loaded"]:
         c.fail("module", "nvidia", "nvidia kernel module not loaded")
 
-checklib.main("probe_modules", body)
+checklib.main(CHECK_NAME, body)
 '''
 HANG = 'import time\ntime.sleep(60)\n'
 GARBAGE = 'print("this is not json")\n'
@@ -42,8 +42,9 @@ MISLABELLED = 'import checklib\ncheck = checklib.Check("other_name")\ncheck.fini
 def scripts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("scripts")
     shutil.copy(SCRIPTS_DIR / LIB_SCRIPT, root / LIB_SCRIPT)
-    for name, text in (("probe_modules.py", PROBE), ("hang.py", HANG), ("garbage.py", GARBAGE),
-                       ("mislabelled.py", MISLABELLED)):
+    for name, text in (("probe_modules.py", PROBE.replace("CHECK_NAME", '"probe_modules"')),
+                       ("bench.py", PROBE.replace("CHECK_NAME", '"bench"')),
+                       ("hang.py", HANG), ("garbage.py", GARBAGE), ("mislabelled.py", MISLABELLED)):
         (root / name).write_text(text)
     return root
 
@@ -60,7 +61,7 @@ def manifest(scripts: Path) -> Manifest:
                             spec(scripts, "hang", "hang.py", timeout=2),
                             spec(scripts, "garbage", "garbage.py"),
                             spec(scripts, "mislabelled", "mislabelled.py"),
-                            spec(scripts, "bench", "probe_modules.py", tier="active")])
+                            spec(scripts, "bench", "bench.py", tier="active")])
 
 
 @pytest.fixture(scope="module")

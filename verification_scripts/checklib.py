@@ -365,3 +365,322 @@ def _iso_epoch(line):
         return parsed.timestamp()
     except ValueError:
         return None
+
+
+# ---- RDMA ports (shared by the network checks) ------------------------------------------------------
+IB_CLASS = "/sys/class/infiniband"
+
+
+def _sysfs_enum(text):
+    """'4: ACTIVE' -> 'ACTIVE'; '5: LinkUp' -> 'LinkUp' (sysfs port state files)."""
+    value = (text or "").strip()
+    return value.split(":", 1)[1].strip() if ":" in value else value
+
+
+def rdma_ports(check):
+    """Every port under /sys/class/infiniband as a dict: dev, port, state, phys_state, rate_gbps,
+    link_layer, hca_type, fw_ver, netdevs. Empty when the kernel shows no RDMA device."""
+    ports = []
+    for dev in check.listdir(IB_CLASS):
+        base = IB_CLASS + "/" + dev
+        for port in check.listdir(base + "/ports"):
+            path = "%s/ports/%s" % (base, port)
+            ports.append({
+                "dev": dev,
+                "port": to_int(port) or 1,
+                "state": _sysfs_enum(check.read(path + "/state")).upper(),
+                "phys_state": _sysfs_enum(check.read(path + "/phys_state")),
+                "rate_gbps": to_float(check.read(path + "/rate")),
+                "link_layer": (check.read(path + "/link_layer") or "").strip(),
+                "hca_type": (check.read(base + "/hca_type") or "").strip(),
+                "fw_ver": (check.read(base + "/fw_ver") or "").strip(),
+                "netdevs": check.listdir(base + "/device/net"),
+            })
+    return ports
+
+
+def port_gid(check, dev, port, index):
+    """(gid, type) of one GID table slot; gid None when the slot is absent or all zeros."""
+    base = "%s/%s/ports/%s/" % (IB_CLASS, dev, port)
+    gid = (check.read("%sgids/%s" % (base, index)) or "").strip()
+    kind = (check.read("%sgid_attrs/types/%s" % (base, index)) or "").strip()
+    if not gid or not gid.replace("0", "").replace(":", ""):
+        return None, kind
+    return gid, kind
+
+
+def port_up(port):
+    return port.get("state") == "ACTIVE" and port.get("phys_state") == "LinkUp"
+
+
+def data_ports(ports, profile):
+    """The ports of the GPU fabric: the InfiniBand ones; on an all-Ethernet (RoCE) host, the ports of
+    the adapter model that reaches the profile's rate, not the slower control-plane/storage NICs."""
+    # ibstat builds older than the RoCE era print no link layer: those ports are InfiniBand
+    infiniband = [p for p in ports if (p.get("link_layer") or "InfiniBand") == "InfiniBand"]
+    if infiniband:
+        return infiniband
+    ethernet = [p for p in ports if p.get("link_layer") == "Ethernet"]
+    if not ethernet:
+        return []
+    want = float(profile.get("ib_rate") or 0)
+    fast = {p.get("hca_type") for p in ethernet if (p.get("rate_gbps") or 0) >= want}
+    if not fast:
+        best = max(p.get("rate_gbps") or 0 for p in ethernet)
+        fast = {p.get("hca_type") for p in ethernet if (p.get("rate_gbps") or 0) == best}
+    if fast == {""}:  # adapter model unknown: only the rate tells the rails apart
+        return [p for p in ethernet if (p.get("rate_gbps") or 0) >= want]
+    return [p for p in ethernet if p.get("hca_type") in fast]
+
+
+# ---- nccl-tests output (shared by the NCCL checks) --------------------------------------------------
+NCCL_FAILURE_RE = re.compile(r"Test (?:NCCL |CUDA )?failure|Test timeout|NCCL failure|CUDA failure")
+LAUNCHER_FAILURE_RE = re.compile(r"not enough slots available|mpirun (?:was unable|noticed|detected)|"
+                                 r"ORTE was unable|PRTE has lost communication|No such file or directory.*_perf")
+
+
+def parse_nccl_tests(text):
+    """nccl-tests stdout: result rows, out-of-bounds and average lines, NCCL WARN and failure lines.
+
+    Columns are read by name from the table header, so both the old layout (`error`, no `root`) and
+    the new one (`root`, `#wrong`) parse; without a header the token count decides. Each row is
+    {size, busbw: [out-of-place, in-place], wrong: [..]} with None for N/A cells.
+    """
+    out = {"rows": [], "oob_values": None, "oob_ok": None, "avg_busbw": None, "warns": [], "failures": [],
+           "transports": [], "gdr": False}
+    columns = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("#"):
+            body = line.lstrip("#").split()
+            if "size" in body and "busbw" in body:
+                columns = body
+            match = re.match(r"#\s*Out of bounds values\s*:\s*(\d+)\s+(\w+)", line)
+            if match:
+                out["oob_values"], out["oob_ok"] = int(match.group(1)), match.group(2).upper() == "OK"
+            match = re.match(r"#\s*Avg bus bandwidth\s*:\s*([\d.]+)", line)
+            if match:
+                out["avg_busbw"] = float(match.group(1))
+            continue
+        if "NCCL WARN" in line:
+            out["warns"].append(line)
+        if NCCL_FAILURE_RE.search(line):
+            out["failures"].append(line)
+        for via in re.findall(r"via ((?:NET|P2P|SHM)/[\w/\-]+)", line):
+            out["transports"].append(via)
+            out["gdr"] = out["gdr"] or via.endswith("GDRDMA")
+        row = _nccl_row(line.split(), columns)
+        if row is not None:
+            out["rows"].append(row)
+    return out
+
+
+def _nccl_row(tokens, columns):
+    if not tokens or not tokens[0].isdigit():
+        return None
+    if columns is None or len(columns) != len(tokens):
+        columns = {13: ["size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
+                        "algbw", "busbw", "#wrong"],
+                   12: ["size", "count", "type", "redop", "time", "algbw", "busbw", "error", "time", "algbw",
+                        "busbw", "error"]}.get(len(tokens))
+        if columns is None:
+            return None
+    busbw = [to_float(t) for c, t in zip(columns, tokens) if c == "busbw"]
+    # new builds count mismatching elements (#wrong); old ones print the max deviation (error), which is
+    # within tolerance unless the Out-of-bounds line says FAILED
+    wrong = [to_float(t) for c, t in zip(columns, tokens) if c in ("#wrong", "wrong")]
+    if not busbw:
+        return None
+    return {"size": int(tokens[0]), "busbw": busbw, "wrong": wrong}
+
+
+NCCL_TESTS_DIRS = ("/opt/nccl-tests/build", "/opt/nccl_tests/build", "/usr/local/bin", "/workspace/nccl-tests/build",
+                   "/usr/local/nccl-tests/build")
+
+
+def find_nccl_test(name):
+    """An nccl-tests binary on PATH, in $NCCL_TESTS_DIR or the usual build directories."""
+    found = shutil.which(name)
+    if found:
+        return found
+    for directory in (os.environ.get("NCCL_TESTS_DIR", ""), *NCCL_TESTS_DIRS):
+        path = os.path.join(directory, name)
+        if directory and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def run_nccl_test(check, argv, timeout, env=None):
+    """Run nccl-tests and parse it; retry without -T on builds too old to know that option."""
+    cmd = check.run(argv, timeout=timeout, env=env)
+    if "-T" in argv and ("invalid option" in cmd.text or "unrecognized option" in cmd.text):
+        at = argv.index("-T")
+        cmd = check.run(argv[:at] + argv[at + 2:], timeout=timeout, env=env)
+    return cmd, parse_nccl_tests(cmd.text)
+
+
+def _nccl_failure_kind(line):
+    lower = line.lower()
+    if "timeout" in lower:
+        return "hang"
+    return "nccl_failure" if "nccl" in lower else "cuda_failure" if "cuda" in lower else "test_failure"
+
+
+def judge_nccl_test(check, cmd, result):
+    """Verdicts every nccl-tests check shares: launcher trouble (UNKNOWN), failures and hangs, wrong
+    results (FAIL). Returns the largest-size row, with metrics size_bytes/busbw/avg_busbw_sweep set;
+    finishes the check itself when there is no row to judge."""
+    if LAUNCHER_FAILURE_RE.search(cmd.text) and not result["rows"]:
+        check.unknown("the test did not start: %s" % next(
+            line.strip() for line in cmd.text.splitlines() if LAUNCHER_FAILURE_RE.search(line)))
+    specific = [line for line in result["failures"] if not line.startswith("..")]
+    for line in specific or result["failures"][:1]:  # " .. host pid N: Test failure" only echoes the cause
+        check.fail(_nccl_failure_kind(line), check.host, "%s failed: %s" % (os.path.basename(cmd.argv[0]),
+                                                                             line.strip()), line)
+    if cmd.timed_out and not result["rows"]:
+        check.fail("hang", check.host, "%s did not finish in time (hang)" % os.path.basename(cmd.argv[0]))
+    wrong = [r for r in result["rows"] if any(w for w in r["wrong"] if w)]
+    if result["oob_ok"] is False:
+        check.fail("data_corruption", check.host, "Out of bounds values : %s FAILED (wrong results: suspect "
+                   "GPU/NVLink silent data corruption)" % result["oob_values"])
+    elif wrong:
+        check.fail("data_corruption", check.host, "#wrong %s at %d B (suspect GPU/NVLink silent data corruption)"
+                   % (wrong[0]["wrong"], wrong[0]["size"]))
+    if not result["rows"]:
+        if not any(f["severity"] == "FAIL" for f in check.findings):
+            check.unknown("no result rows in the output (%s)" % cmd.why())
+        check.finish()
+    largest = max(result["rows"], key=lambda r: r["size"])
+    values = [b for b in largest["busbw"] if b is not None]
+    check.metrics.update({"size_bytes": largest["size"], "busbw": round(sum(values) / max(len(values), 1), 2),
+                          "avg_busbw_sweep": result["avg_busbw"]})
+    return largest
+
+
+# ---- GPU helpers (shared by the GPU checks) -----------------------------------------------------------
+BDF_RE = re.compile(r"(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.([0-7]))?")
+
+
+def norm_bdf(text):
+    """Any PCI address spelling ('00000000:5D:00.0', 'PCI:0000:5d:00', '5d:00.0') -> '0000:5d:00', or None."""
+    match = BDF_RE.search((text or "").replace("PCI:", ""))
+    if not match:
+        return None
+    return "%04x:%s:%s" % (int(match.group(1) or "0", 16), match.group(2).lower(), match.group(3).lower())
+
+
+def gpu_index_map(check):
+    """{normalized BDF: NVML index} from nvidia-smi; else from lspci, whose PCI order is NVML's index order.
+
+    Returns (mapping, source) where source is 'nvidia-smi', 'lspci' or None; uuids map too when known.
+    """
+    fields = ["index", "pci.bus_id", "uuid"]
+    cmd = check.run(["nvidia-smi", "--query-gpu=" + ",".join(fields), "--format=csv,noheader"])
+    mapping = {}
+    for row in parse_query_csv(cmd.out, fields):
+        index = to_int(row["index"])
+        if index is not None and norm_bdf(row["pci.bus_id"]):
+            mapping[norm_bdf(row["pci.bus_id"])] = index
+            mapping[row["uuid"].lower()] = index
+    lspci = check.run(["lspci", "-D", "-d", "10de:"])
+    controllers = sorted(norm_bdf(line.split()[0]) for line in lspci.out.splitlines()
+                         if " 3D controller" in line or " VGA compatible controller" in line)
+    if mapping:
+        # a GPU nvidia-smi cannot list (lost from the bus) keeps its PCI position as index, unless an
+        # unbound GPU shifted NVML's numbering
+        if all(mapping.get(bdf, index) == index for index, bdf in enumerate(controllers)):
+            for index, bdf in enumerate(controllers):
+                mapping.setdefault(bdf, index)
+        return mapping, "nvidia-smi"
+    if controllers:
+        return {bdf: index for index, bdf in enumerate(controllers)}, "lspci"
+    return {}, None
+
+
+MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
+                                       "Dec"), 1)}
+DECODE_PREFIX_RE = re.compile(r"^[a-z]+\s*:[a-z]+\s*: ")  # dmesg -x: 'kern  :warn  : '
+CTIME_RE = re.compile(r"^\[?[A-Z][a-z]{2} ([A-Z][a-z]{2})\s+(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\]?")
+SYSLOG_RE = re.compile(r"^([A-Z][a-z]{2})\s+(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) ")
+MONO_RE = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]")
+KMSG_RE = re.compile(r"^\d+,\d+,(\d+),[^;]*;")
+
+
+def boot_epoch(check):
+    """When the host booted (from /proc/uptime), to date raw dmesg and /dev/kmsg lines; None if unknown."""
+    text = check.read("/proc/uptime")
+    value = to_float(text.split()[0]) if text and text.split() else None
+    return time.time() - value if value is not None else None
+
+
+def line_epoch(line, boot=None, now=None):
+    """Epoch seconds of a kernel or syslog line in any common format (ISO, dmesg -T, syslog, raw, kmsg)."""
+    text = DECODE_PREFIX_RE.sub("", line, count=1)
+    stamp = _iso_epoch(text)
+    if stamp is not None:
+        return stamp
+    now = time.time() if now is None else now
+    match = CTIME_RE.match(text)
+    if match and match.group(1) in MONTHS:
+        month, day, hh, mm, ss, year = match.groups()
+        return time.mktime((int(year), MONTHS[month], int(day), int(hh), int(mm), int(ss), 0, 0, -1))
+    match = SYSLOG_RE.match(text)
+    if match and match.group(1) in MONTHS:
+        month, day, hh, mm, ss = match.groups()
+        year = time.localtime(now).tm_year
+        stamp = time.mktime((year, MONTHS[month], int(day), int(hh), int(mm), int(ss), 0, 0, -1))
+        # syslog has no year: a stamp in the future belongs to last year
+        return stamp if stamp <= now + 86400 else time.mktime(
+            (year - 1, MONTHS[month], int(day), int(hh), int(mm), int(ss), 0, 0, -1))
+    if boot is not None:
+        match = MONO_RE.match(text)
+        if match:
+            return boot + float(match.group(1))
+        match = KMSG_RE.match(text)
+        if match:
+            return boot + int(match.group(1)) / 1e6
+    return None
+
+
+def nvsmi_error(cmd):
+    """Why an nvidia-smi call gave no usable output (driver errors quoted as printed), or None."""
+    if cmd.missing or cmd.timed_out:
+        return cmd.why()
+    for line in cmd.text.splitlines():
+        if "Failed to initialize NVML" in line or "couldn't communicate with the NVIDIA driver" in line \
+                or "is not a valid field" in line:
+            return "nvidia-smi: " + line.strip()
+    return None
+
+
+NVB_RUNNING_RE = re.compile(r"^Running (\S+?)\.?$")
+NVB_ROW_RE = re.compile(r"^\s*(\d+)((?:\s+(?:-?\d+(?:\.\d+)?|N/A))+)\s*$")
+NVB_SUM_RE = re.compile(r"^SUM (\S+) ([\d.]+)")
+
+
+def parse_nvbandwidth(text):
+    """nvbandwidth output -> {test: {'title', 'columns', 'rows': {row: [value or None]}, 'sum'}}."""
+    tests, current = {}, None
+    for line in (text or "").splitlines():
+        match = NVB_RUNNING_RE.match(line.strip())
+        if match:
+            current = tests.setdefault(match.group(1), {"title": "", "columns": [], "rows": {}, "sum": None})
+            continue
+        match = NVB_SUM_RE.match(line.strip())
+        if match and match.group(1) in tests:
+            tests[match.group(1)]["sum"] = float(match.group(2))
+            current = None
+            continue
+        if current is None or not line.strip():
+            continue
+        if not current["title"] and ("bandwidth" in line or "latency" in line):
+            current["title"] = line.strip()
+            continue
+        tokens = line.split()
+        if not current["columns"] and tokens and all(t.isdigit() for t in tokens):
+            current["columns"] = [int(t) for t in tokens]
+            continue
+        match = NVB_ROW_RE.match(line)
+        if match and current["columns"]:
+            current["rows"][int(match.group(1))] = [None if v == "N/A" else float(v) for v in match.group(2).split()]
+    return tests

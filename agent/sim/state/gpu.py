@@ -1,8 +1,19 @@
-"""GPU-side state of a simulated host: devices, driver, fabric manager, GPU processes."""
+"""GPU-side state of a simulated host: devices, driver, fabric manager, GPU processes.
+
+Every default describes a healthy device; faults change these fields and the renderers derive what
+nvidia-smi, DCGM, lspci and nvbandwidth show from them.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+# Hardware facts the healthy builder and the renderers share (HGX baseboards), keyed by GPU PCI device id.
+GPU_VBIOS = {"2330": "96.00.89.00.01", "2335": "96.00.A5.00.01", "20b2": "92.00.45.00.03"}
+GPU_MEM_CLOCK_MHZ = {"2330": 2619, "2335": 3201, "20b2": 1593}
+NVSWITCH_DEVICE_ID = {"2330": "22a3", "2335": "22a3", "20b2": "1af1"}
+NVSWITCH_BUS_IDS = ["05", "06", "07", "08"]
+DRIVER_BUILD_DATE = "Tue Mar  5 22:42:28 UTC 2024"  # as the NVRM banner and /proc/driver/nvidia/version print it
 
 
 @dataclass
@@ -22,10 +33,14 @@ class Gpu:
     vbios: str
     memory_total_mib: int
     compute_capability: str = "9.0"
+    pci_device_id: str = "2330"  # PCI device id (10de:2330 = H100 SXM5 80GB)
     # visibility: on the PCI bus (lspci) / usable by the driver (nvidia-smi)
     on_bus: bool = True
     driver_bound: bool = True
     fallen_off_bus: bool = False  # lspci shows rev ff, nvidia-smi "Unable to determine the device handle"
+    numa_node: int = 0
+    pcie_switch: str = ""  # bus id of the PCIe switch above the GPU ("0000:16:00.0")
+    nic_bus_id: str = ""  # bus id of the NIC behind the same switch (topo: PIX)
     # memory errors
     ecc_mode: str = "Enabled"
     ecc_volatile_dram_uncorrected: int = 0
@@ -51,7 +66,8 @@ class Gpu:
     pcie_gen_max: int = 5
     pcie_width_current: int = 16
     pcie_width_max: int = 16
-    pcie_replays: int = 0
+    pcie_replays: int = 0  # "Replays Since Reset"
+    pcie_replay_rate: float = 0.0  # replays per minute, as DCGM's PCIe health watch measures it
     pcie_aer_errors: int = 0
     # clocks / thermal / power
     temperature_c: int = 34
@@ -67,6 +83,7 @@ class Gpu:
     persistence_mode: bool = True
     mig_mode: bool = False
     mig_instances: list[str] = field(default_factory=list)  # MIG device UUIDs when MIG is on
+    mig_profile: str = ""  # profile of those instances, e.g. "3g.40gb"
     compute_mode: str = "Default"
     # compute behaviour seen by CUDA probes and active tests
     cuda_error: str | None = None  # error a CUDA context/kernel on this GPU raises

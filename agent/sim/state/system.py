@@ -1,4 +1,7 @@
-"""OS, software, container, processes, logs and BMC state of a simulated host."""
+"""OS, software, container, processes, logs and BMC state of a simulated host.
+
+Every default describes a healthy host: faults change these fields, renderers show them.
+"""
 
 from __future__ import annotations
 
@@ -46,6 +49,14 @@ class Process:
     cmdline: str
     rank: int | None = None
     threads: list[Thread] = field(default_factory=list)
+    ppid: int = 1
+    env: dict[str, str] = field(default_factory=dict)  # /proc/PID/environ (RANK, LOCAL_RANK, ...)
+    python: str = "3.10.12"
+    python_path: str = "/usr/bin/python3.10"
+
+
+def _default_packages() -> dict[str, str]:
+    return {"transformers": "4.36.2", "accelerate": "0.27.2", "deepspeed": "0.12.6"}
 
 
 @dataclass
@@ -57,18 +68,23 @@ class Software:
     torch_cuda: str = "12.1"
     torch_arch_list: list[str] = field(default_factory=lambda: ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80",
                                                                     "sm_86", "sm_90"])
-    nccl: str = "2.18.5"  # NCCL bundled with torch
+    nccl: str = "2.18.5"  # NCCL bundled with torch (the nvidia-nccl-cu12 wheel)
     system_nccl: str | None = None  # a libnccl.so on LD_LIBRARY_PATH, if any
-    cuda_toolkit: str = "12.2"  # nvcc / user-space CUDA runtime in the image
+    system_nccl_dir: str = "/usr/local/nccl/lib"
+    cuda_toolkit: str | None = "12.2"  # nvcc / user-space CUDA runtime in the image; None: no toolkit
     cudnn: str = "8.9.2"
-    python_packages: dict[str, str] = field(default_factory=lambda: {
-        "transformers": "4.36.2", "accelerate": "0.25.0", "deepspeed": "0.12.6"})
+    python_packages: dict[str, str] = field(default_factory=_default_packages)
     container_toolkit: str | None = "1.14.6"
     ofed: str | None = "MLNX_OFED_LINUX-23.10-1.1.9.0"
     hpcx_ofed: str | None = "MLNX_OFED_LINUX-23.10-1.1.9.0"  # OFED the installed HPC-X/UCX was built for
     rdma_core: bool = True  # libibverbs / rdma-core user space present
     packages: dict[str, str] = field(default_factory=dict)  # dpkg-query view: name -> version
     nccl_net_plugins: list[str] = field(default_factory=lambda: ["libnccl-net.so"])
+    # forward-compatibility libcuda shipped in a container image (/usr/local/cuda/compat), if any
+    container_cuda_driver: str | None = None
+    docker: str | None = "24.0.7"  # docker engine version; None: no docker on this host
+    missing_tools: list[str] = field(default_factory=list)  # executables absent from this host
+    bmc_device: bool = True  # /dev/ipmi0 present (in-band IPMI to the BMC)
 
 
 @dataclass
@@ -76,6 +92,7 @@ class Container:
     inside: bool = False  # the checks run inside a container
     nvidia_runtime: bool = True  # the container runtime has the nvidia runtime configured
     devices_cgroup_ok: bool = True  # devices cgroup still allows /dev/nvidia*
+    container_id: str = "4f2a9c1e7b3d5a6c8e0f1b2d3c4e5f6a7b8c9d0e1f2a3b4c5d6e7f8091a2b3c4"
 
 
 @dataclass
@@ -89,6 +106,8 @@ class PcieSwitch:
 class EdacCounts:
     correctable: int = 0
     uncorrectable: int = 0
+    controllers: int = 2  # mc0..mcN-1
+    dimm: str = "CPU_SrcID#0_MC#0_Chan#1_DIMM#0"  # label of the DIMM the errors are on (mc0)
 
 
 @dataclass
@@ -98,3 +117,4 @@ class Mount:
     used_bytes: int = 0
     fstype: str = "tmpfs"
     source: str = "tmpfs"
+    options: str = ""  # extra /proc/mounts options, e.g. "size=65536k"

@@ -1,0 +1,107 @@
+"""Version arithmetic the simulator shares: driver/CUDA compatibility and real release numbers.
+
+The tables mirror those in verification_scripts/framework_versions.py (the scripts are stdlib-only
+and cannot import this); both follow the CUDA toolkit release notes.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# minimum Linux driver for a CUDA runtime (11.x and 12.x through minor-version compatibility)
+MIN_DRIVER = [((13, 0), "580.65.06"), ((12, 0), "525.60.13"), ((11, 0), "450.80.02"), ((10, 2), "440.33"),
+              ((10, 1), "418.39"), ((10, 0), "410.48"), ((9, 2), "396.26"), ((9, 1), "390.46"), ((9, 0), "384.81"),
+              ((8, 0), "375.26")]
+# newest CUDA each driver branch supports (nvidia-smi "CUDA Version")
+DRIVER_CUDA = [(580, "13.0"), (575, "12.9"), (570, "12.8"), (565, "12.7"), (560, "12.6"), (555, "12.5"),
+               (550, "12.4"), (545, "12.3"), (535, "12.2"), (530, "12.1"), (525, "12.0"), (520, "11.8"),
+               (515, "11.7"), (510, "11.6"), (495, "11.5"), (470, "11.4"), (465, "11.3"), (460, "11.2"),
+               (455, "11.1"), (450, "11.0"), (440, "10.2"), (418, "10.1"), (410, "10.0"), (396, "9.2"),
+               (390, "9.1"), (384, "9.0")]
+# released versions a branch or minor ("525", "2.20") resolves to when a fault names only the prefix
+RELEASES = {
+    "driver": ["384.81", "390.48", "396.26", "410.48", "418.87.01", "440.33.01", "450.80.02", "470.223.02",
+               "510.47.03", "525.85.12", "525.147.05", "535.104.05", "535.161.08", "550.54.15", "560.35.03",
+               "570.172.08"],
+    "nccl": ["2.14.3", "2.18.1", "2.18.5", "2.19.3", "2.20.5", "2.21.5", "2.22.3", "2.26.2", "2.29.2", "2.29.3"],
+    "deepspeed": ["0.12.6", "0.13.1", "0.14.0"],
+    "accelerate": ["0.19.0", "0.23.0", "0.25.0", "0.27.2"],
+    "container_toolkit": ["1.14.0", "1.14.6", "1.17.0", "1.17.2", "1.17.7", "1.17.8"],
+}
+# the torch release that bundles an NCCL (pip wheels), for faults that swap NCCL realistically
+TORCH_FOR_NCCL = {"2.14.3": "2.0.1", "2.18.1": "2.1.0", "2.19.3": "2.2.2", "2.20.5": "2.3.1", "2.21.5": "2.5.1",
+                  "2.22.3": "2.6.0", "2.26.2": "2.7.0"}
+
+
+def vkey(text: str) -> tuple[int, ...]:
+    """(535, 161, 8) for '535.161.08'; local suffixes ('+cu121', '-1') are dropped."""
+    core = re.split(r"[+\s~-]", str(text).strip().lstrip("vV"), maxsplit=1)[0]
+    parts = []
+    for piece in core.split("."):
+        match = re.match(r"\d+", piece)
+        if not match:
+            break
+        parts.append(int(match.group(0)))
+    return tuple(parts)
+
+
+def min_driver_for(cuda: str | None) -> str | None:
+    if not cuda:
+        return None
+    key = vkey(cuda)[:2]
+    return next((driver for ver, driver in MIN_DRIVER if key >= ver), None)
+
+
+def driver_max_cuda(driver: str) -> str:
+    branch = (vkey(driver) or (0,))[0]
+    return next((cuda for floor, cuda in DRIVER_CUDA if branch >= floor), "8.0")
+
+
+def pattern_matches(pattern: str, version: str) -> bool:
+    """known_bad.yaml patterns: exact ('2.20.5'), minor ('2.20.*') or driver branch ('525')."""
+    have = vkey(version)
+    if not have:
+        return False
+    if pattern.endswith(".*"):
+        prefix = vkey(pattern[:-2])
+        return have[:len(prefix)] == prefix
+    if "." not in pattern:
+        return have[:1] == vkey(pattern)
+    return have == vkey(pattern)
+
+
+def known_bad_entry(kind: str, version: str, table: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The known_bad.yaml entry that lists `version` under `kind`, honouring fixed_in; None if not listed."""
+    if table is None:
+        from agent.checks.manifest import load_known_bad
+
+        table = load_known_bad()
+    for entry in table.get(kind) or []:
+        if entry.get("fixed_in") and vkey(version) >= vkey(str(entry["fixed_in"])):
+            continue
+        if any(pattern_matches(str(p), version) for p in entry.get("versions") or []):
+            return entry
+    return None
+
+
+def known_bad_version(kind: str, requested: str | None) -> str:
+    """A concrete version of `kind` that known_bad.yaml lists: the requested one (or its newest affected
+    release), else the first listed; ValueError when the requested version is not known-bad."""
+    from agent.checks.manifest import load_known_bad
+
+    table = load_known_bad()
+    releases = RELEASES.get("driver" if kind == "driver_gsp" else kind, [])
+    if requested:
+        want = vkey(requested)
+        # newest known release with the requested prefix first, so "2.20" or "525" become real versions
+        candidates = [r for r in reversed(releases) if want and vkey(r)[:len(want)] == want] + [requested]
+        for version in candidates:
+            if vkey(version) and known_bad_entry(kind, version, table):
+                return version
+        listed = "; ".join("/".join(map(str, e.get("versions") or [])) for e in table.get(kind) or [])
+        raise ValueError(f"{kind} {requested} is not listed in known_bad.yaml (listed: {listed})")
+    for release in releases:
+        if known_bad_entry(kind, release, table):
+            return release
+    raise ValueError(f"known_bad.yaml lists no {kind} release the simulator knows")

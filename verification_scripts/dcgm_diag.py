@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""DCGM diagnostic (active): `dcgmi diag -r LEVEL -j` (params level, default 2: deployment + memory + pcie).
+
+Parses DCGM 4.x ("DCGM Diagnostic", entity results) and 3.x/legacy ("DCGM GPU Diagnostic", gpu_ids)
+JSON, else the boxed text. Fail on a hardware test confirms; a failing configuration test (persistence
+mode, environment, graphics processes) is only weak evidence for GPU hardware. Refuses busy GPUs.
+"""
+
+import json
+import re
+
+import checklib
+
+CONFIG_TESTS = {"persistence mode", "environment variables", "environmental variables", "graphics processes",
+                "denylist", "blacklist", "permissions and os blocks", "permissions and os-related blocks"}
+CONFIG_ERROR_IDS = {23, 25, 28, 29}  # denylisted driver, graphics processes, CUDA env, persistence mode
+CONFIG_CATEGORY = 3  # DCGM_FR_EC_SOFTWARE_CONFIG
+ROW_RE = re.compile(r"^\| (.{0,25}?)\s*\| (.*?)\s*\|$")
+TEXT_RESULT_RE = re.compile(r"^(Pass|Fail|Warn|Skip)(?: - (All|GPUs?: ([\d, ]+)))?$", re.IGNORECASE)
+ENTITY_RESULT_RE = re.compile(r"^GPU(\d+): (Pass|Fail|Warn|Skip)", re.IGNORECASE)
+
+
+def results_from_json(text):
+    """[(test, entity or None, status, [(message, error_id, category)])], or None when not diag JSON."""
+    start = text.find("{")
+    if start < 0:
+        return None
+    try:
+        doc = json.loads(text[start:])
+    except ValueError:
+        return None
+    root = doc.get("DCGM Diagnostic") or doc.get("DCGM GPU Diagnostic")
+    if not isinstance(root, dict):
+        return None
+    if root.get("runtime_error"):
+        return [("runtime", None, "error", [(root["runtime_error"], None, None)])]
+    out = []
+    for category in root.get("test_categories") or []:
+        for test in category.get("tests") or []:
+            for result in test.get("results") or []:
+                warnings = []
+                for w in result.get("warnings") or []:
+                    if isinstance(w, dict):
+                        warnings.append((w.get("warning", ""), w.get("error_id"), w.get("error_category")))
+                    else:
+                        warnings.append((str(w), None, None))
+                for entity in entities(result):
+                    out.append((test.get("name", "?"), entity, str(result.get("status", "")).lower(), warnings))
+    return out
+
+
+def entities(result):
+    if "entity_id" in result:
+        return ["%s%s" % (result.get("entity_group", "GPU"), result["entity_id"])]
+    ids = result.get("gpu_ids", result.get("gpu_id"))
+    if ids is None:
+        return [None]
+    return ["GPU%s" % i.strip() for i in str(ids).split(",") if i.strip()]
+
+
+def results_from_text(text):
+    """The boxed table: 'Pass - All', 'Fail - GPU: 0', 'GPU3: Fail', and 'Warning' rows with continuations."""
+    out, test, warning = [], None, None
+    for line in text.splitlines():
+        match = ROW_RE.match(line.strip())
+        if not match or line.startswith("|-----") or line.startswith("+"):
+            continue
+        label, value = match.group(1).strip(), match.group(2).strip()
+        if label in ("Diagnostic", "Metadata") or label.startswith("DCGM Version") or "Detected" in label:
+            continue
+        if label == "Warning":
+            warning = [value]
+            out.append(("warning", None, "warn-text", warning))
+            continue
+        if not label and warning is not None and not TEXT_RESULT_RE.match(value) \
+                and not ENTITY_RESULT_RE.match(value):
+            warning[0] = (warning[0] + " " + value).strip()
+            continue
+        warning = None
+        test = label or test
+        entity = ENTITY_RESULT_RE.match(value)
+        if entity:
+            out.append((test, "GPU" + entity.group(1), entity.group(2).lower(), []))
+            continue
+        result = TEXT_RESULT_RE.match(value)
+        if result:
+            ids = result.group(3)
+            for gpu in ([i.strip() for i in ids.split(",") if i.strip()] if ids else [None]):
+                out.append((test, "GPU" + gpu if gpu else None, result.group(1).lower(), []))
+    return out or None
+
+
+def busy(check):
+    cmd = check.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"])
+    return [p for p in cmd.out.split() if p.isdigit()]
+
+
+def body(check):
+    level = str(check.params.get("level", 2))
+    if not check.params.get("allow_busy"):
+        pids = busy(check)
+        if pids:
+            check.unknown("GPUs in use by %d process(es): the diagnostic needs idle GPUs (params allow_busy)"
+                          % len(pids))
+    # stay inside the runner's own timeout (params timeout_s) so a hang is reported, not killed
+    limit = max(30.0, float(check.params.get("timeout_s", 570)) - 30)
+    cmd = check.run(["dcgmi", "diag", "-r", level, "-j"], timeout=limit)
+    if cmd.missing:
+        check.unknown("dcgmi not found (DCGM not installed)")
+    if cmd.timed_out:
+        check.unknown("dcgmi diag -r %s timed out" % level)
+    results = results_from_json(cmd.out) or results_from_text(cmd.out)
+    if not results:
+        check.unknown("no diagnostic results (%s)" % (checklib.first_line(cmd.text) or cmd.why()))
+    check.metrics.update({"level": int(level) if level.isdigit() else level, "rc": cmd.rc,
+                          "tests": sorted(set(r[0] for r in results if r[2] != "warn-text"))})
+    judge(check, results)
+
+
+def judge(check, results):
+    failed = []
+    text_warnings = [w[0] for t, _, s, w in results if s == "warn-text"]
+    for test, entity, status, warnings in results:
+        if status == "warn-text":
+            continue
+        who = entity or test
+        messages = "; ".join(m for m, _, _ in warnings if m) or ""
+        if status == "error":
+            check.unknown("dcgmi diag runtime error: %s" % messages)
+        if status == "fail":
+            failed.append(test)
+            config = test.lower() in CONFIG_TESTS or (warnings and all(
+                e in CONFIG_ERROR_IDS or c == CONFIG_CATEGORY for _, e, c in warnings))
+            detail = messages or next((w for w in text_warnings if entity and entity[3:] in w), "")
+            text = "DCGM %s failed on %s%s" % (test, who, ": " + detail if detail else "")
+            if config:
+                check.warn("diag_config", who, text + " (configuration, not hardware)", detail)
+            else:
+                check.fail("diag_" + re.sub(r"[^a-z0-9]+", "_", test.lower()).strip("_"), who, text, detail)
+        elif status == "warn":
+            check.warn("diag_warning", who, "DCGM %s warning on %s%s" % (test, who, ": " + messages if messages
+                                                                        else ""), messages)
+    check.metrics["failed_tests"] = sorted(set(failed))
+
+
+if __name__ == "__main__":
+    checklib.main("dcgm_diag", body)
