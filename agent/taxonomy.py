@@ -47,6 +47,8 @@ class NodeSpec(BaseModel):
     checks: list[Text]
     runbook: Text
     xids: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list)
+    # leaves only: `check:finding_regex` rules saying which check findings confirm the leaf
+    evidence: list[Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*:\S*$")]] = Field(default_factory=list)
     children: list[NodeSpec] = Field(default_factory=list, min_length=1)
 
 
@@ -63,7 +65,8 @@ class TaxNode(NodeMixin):
 
     def __init__(self, name: str, description: str = "", severity: str = "medium",
                  signatures: list[str] | None = None, checks: list[str] | None = None, runbook: str = "",
-                 xids: list[int] | None = None, parent: TaxNode | None = None, **extra: Any):
+                 xids: list[int] | None = None, evidence: list[str] | None = None, parent: TaxNode | None = None,
+                 **extra: Any):
         self.name = name
         self.description = description
         self.severity = severity
@@ -71,6 +74,7 @@ class TaxNode(NodeMixin):
         self.checks: list[str] = list(checks or [])
         self.runbook = runbook
         self.xids: list[int] = list(xids or [])
+        self.evidence: list[str] = list(evidence or [])
         self.extra = extra
         self.parent = parent
 
@@ -135,6 +139,18 @@ def _rule_problems(data: dict[str, Any], manifest: Manifest) -> list[str]:
                 problems.append(f"{label}: duplicate entries in {key}")
         if not reachable:
             problems.append(f"{label}: no check reachable (none on the node or any descendant)")
+        if node.get("evidence") and node.get("children"):
+            problems.append(f"{label}: evidence rules belong on leaves only")
+        for rule in node.get("evidence", []):
+            check, _, pattern = rule.partition(":")
+            if check not in node.get("checks", []):
+                problems.append(f"{label}: evidence rule {rule!r} names a check the leaf does not list")
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                problems.append(f"{label}: evidence rule {rule!r} is not a valid regex ({exc})")
+        if not node.get("children") and node.get("checks") and not node.get("evidence"):
+            problems.append(f"{label}: a leaf needs evidence rules (which findings confirm it)")
         return reachable
 
     walk(data, "")

@@ -209,6 +209,28 @@ def test_dcgm_diag_outputs(fake: FakeTools, name: str, verdict: str) -> None:
         assert ("diag_config", "Persistence Mode") in ids(result, "WARN")
 
 
+def deployment_error(message: str) -> str:
+    """DCGM's boxed text when a deployment pre-check stops the diagnostic, message wrapped at the box edge."""
+    rows = ["+---------------------------+------------------------------------------------+",
+            "| Diagnostic                | Result                                         |",
+            "+===========================+================================================+",
+            "|-----  Deployment  --------+------------------------------------------------|"]
+    for k in range(0, len(message), 46):
+        rows.append(f"| {'Error' if k == 0 else '':<25} | {message[k:k + 46]:<46} |")
+    return "\n".join(rows) + "\n"
+
+
+def test_dcgm_diag_deployment_errors(fake: FakeTools) -> None:
+    fake.tool("dcgmi", deployment_error("GPU 5 has uncorrectable memory errors and row remappings are pending"),
+              rc=226)
+    result = check(fake, "dcgm_diag")
+    assert result["verdict"] == "FAIL" and ids(result, "FAIL") == {("diag_deployment_memory", "GPU5")}
+    assert "row remappings are pending" in result["findings"][0]["message"]
+    fake.tool("dcgmi", deployment_error("Persistence mode for GPU 0 is disabled."), rc=226)
+    result = check(fake, "dcgm_diag")
+    assert result["verdict"] == "UNKNOWN" and "Persistence mode" in result["summary"]
+
+
 def test_dcgm_diag_refuses_busy_gpus(fake: FakeTools) -> None:
     by_args(fake, "nvidia-smi", {"--query-compute-apps": "41721\n"})
     fake.tool("dcgmi", gpu("gcm_dcgmi_diag_r1_pass.json"))

@@ -357,7 +357,8 @@ def _node(name: str, checks: list[str], children: list[dict[str, Any]] | None = 
 
 
 def small_tree() -> dict[str, Any]:
-    leaves = [_node("LEAF", ["probe_a"]), _node("OTHER", ["probe_b"])]
+    leaves = [_node("LEAF", ["probe_a"]) | {"evidence": ["probe_a:bad_.*"]},
+              _node("OTHER", ["probe_b"]) | {"evidence": ["probe_b:other"]}]
     return {"name": "ROOT", "description": "test",
             "children": [_node("A", ["probe_a"], [_node("X", ["probe_a"], leaves)])]}
 
@@ -385,7 +386,7 @@ def test_rejects_node_without_description() -> None:
 
 def test_rejects_node_without_reachable_check() -> None:
     data = small_tree()
-    _leaf(data, "OTHER")["checks"] = []
+    _leaf(data, "OTHER").update(checks=[], evidence=[])
     manifest = Manifest(checks=[SMALL_MANIFEST.checks[0]])
     assert validate_data(data, manifest) == ["A.X.OTHER: no check reachable (none on the node or any descendant)"]
     with pytest.raises(TaxonomyError, match="no check reachable"):
@@ -398,6 +399,10 @@ def test_rejects_node_without_reachable_check() -> None:
     (lambda d: _leaf(d, "LEAF").update(signatures=[".*"]), "matches the empty string"),
     (lambda d: _leaf(d, "LEAF").update(name="bad name"), "A.X.bad name: name"),
     (lambda d: _leaf(d, "LEAF").update(colour="red"), "A.X.LEAF: colour"),
+    (lambda d: _leaf(d, "LEAF").update(evidence=[]), "A.X.LEAF: a leaf needs evidence rules"),
+    (lambda d: _leaf(d, "LEAF").update(evidence=["probe_b:x"]), "names a check the leaf does not list"),
+    (lambda d: _leaf(d, "LEAF").update(evidence=["probe_a:(x"]), "is not a valid regex"),
+    (lambda d: d["children"][0].update(evidence=["probe_a:x"]), "A: evidence rules belong on leaves only"),
     (lambda d: _leaf(d, "OTHER").update(name="LEAF"), "duplicate child name 'LEAF'"),
     (lambda d: _leaf(d, "LEAF")["checks"].append("no_such_check"), "'no_such_check' is not in the manifest"),
     (lambda d: _leaf(d, "LEAF")["checks"].append("probe_b"), "manifest's nodes for 'probe_b' omit it"),

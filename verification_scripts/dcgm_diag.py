@@ -18,6 +18,9 @@ CONFIG_CATEGORY = 3  # DCGM_FR_EC_SOFTWARE_CONFIG
 ROW_RE = re.compile(r"^\| (.{0,25}?)\s*\| (.*?)\s*\|$")
 TEXT_RESULT_RE = re.compile(r"^(Pass|Fail|Warn|Skip)(?: - (All|GPUs?: ([\d, ]+)))?$", re.IGNORECASE)
 ENTITY_RESULT_RE = re.compile(r"^GPU(\d+): (Pass|Fail|Warn|Skip)", re.IGNORECASE)
+# a deployment error that stops the diagnostic but names broken memory is hardware evidence by itself
+MEMORY_ERROR_RE = re.compile(r"uncorrectable memory|row remap|retired pages|page retirement", re.IGNORECASE)
+GPU_RE = re.compile(r"\bGPU (\d+)\b")
 
 
 def results_from_json(text):
@@ -59,7 +62,8 @@ def entities(result):
 
 
 def results_from_text(text):
-    """The boxed table: 'Pass - All', 'Fail - GPU: 0', 'GPU3: Fail', and 'Warning' rows with continuations."""
+    """The boxed table: 'Pass - All', 'Fail - GPU: 0', 'GPU3: Fail', and 'Warning'/'Error' rows with
+    continuations."""
     out, test, warning = [], None, None
     for line in text.splitlines():
         match = ROW_RE.match(line.strip())
@@ -68,9 +72,9 @@ def results_from_text(text):
         label, value = match.group(1).strip(), match.group(2).strip()
         if label in ("Diagnostic", "Metadata") or label.startswith("DCGM Version") or "Detected" in label:
             continue
-        if label == "Warning":
+        if label in ("Warning", "Error"):
             warning = [value]
-            out.append(("warning", None, "warn-text", warning))
+            out.append((label.lower(), None, label.lower() + "-text", warning))
             continue
         if not label and warning is not None and not TEXT_RESULT_RE.match(value) \
                 and not ENTITY_RESULT_RE.match(value):
@@ -113,15 +117,23 @@ def body(check):
     if not results:
         check.unknown("no diagnostic results (%s)" % (checklib.first_line(cmd.text) or cmd.why()))
     check.metrics.update({"level": int(level) if level.isdigit() else level, "rc": cmd.rc,
-                          "tests": sorted(set(r[0] for r in results if r[2] != "warn-text"))})
+                          "tests": sorted(set(r[0] for r in results if not r[2].endswith("-text")))})
     judge(check, results)
 
 
 def judge(check, results):
     failed = []
     text_warnings = [w[0] for t, _, s, w in results if s == "warn-text"]
+    errors = [w[0] for t, _, s, w in results if s == "error-text"]
+    for error in errors:
+        if MEMORY_ERROR_RE.search(error):
+            gpu = GPU_RE.search(error)
+            check.fail("diag_deployment_memory", "GPU" + gpu.group(1) if gpu else "host",
+                       "DCGM refused to run: " + error, error)
+    if errors and not check.findings and all(s.endswith("-text") for _, _, s, _ in results):
+        check.unknown("dcgmi diag did not run: " + "; ".join(errors))
     for test, entity, status, warnings in results:
-        if status == "warn-text":
+        if status.endswith("-text"):
             continue
         who = entity or test
         messages = "; ".join(m for m, _, _ in warnings if m) or ""

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import typer
 
-from agent.cli import checks_cmd, demo_cmd, sim_cmd, taxonomy_cmd
+from agent.cli import checks_cmd, demo_cmd, kb_cmd, sim_cmd, taxonomy_cmd
 
 app = typer.Typer(help="aidai: diagnosis assistant for AI workload incidents on GPU machines.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
 app.add_typer(checks_cmd.app, name="checks")
+app.add_typer(kb_cmd.app, name="kb")
 app.add_typer(sim_cmd.app, name="sim")
 app.add_typer(taxonomy_cmd.app, name="taxonomy")
 app.command("demo")(demo_cmd.demo)

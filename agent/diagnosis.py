@@ -1,0 +1,197 @@
+"""One diagnosis, end to end: hosts, reasoner, retrieval and checkpoint wired into the LangGraph graph.
+
+A run has an id (the LangGraph thread id). Its options are saved next to the checkpoint, so `resume(run_id)`
+rebuilds the same hosts and reasoner in a new process and continues from the last finished step; the checks
+finished before a kill are in the checkpointed state and are not run again.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.types import Command
+
+from agent.checks.runner import CheckRunner
+from agent.executors.hosts import SshOptions, executors_for
+from agent.graph.build import Approval, DiagnosisGraph, Emit, GraphTools, initial_state
+from agent.incident import Incident
+from agent.reasoning.base import KBPassage, PastIncident, Reasoner
+from agent.reasoning.factory import make_reasoner
+from agent.reasoning.offline import OfflineReasoner
+from agent.report import Report, build_report
+from agent.taxonomy import Taxonomy, load_taxonomy
+
+RECURSION_LIMIT = 5000  # one super-step per DFS move: a full walk of the taxonomy is ~400 steps
+Answer = Callable[[dict[str, Any]], Any]  # an interrupt's payload -> the user's answer
+
+
+class RunNotFound(LookupError):
+    pass
+
+
+@dataclass
+class DiagnoseOptions:
+    hosts: list[str] = field(default_factory=lambda: ["local"])
+    ssh: dict[str, Any] = field(default_factory=dict)  # SshOptions fields
+    approval: Approval = "none"  # active/intrusive checks: run all, none, or ask (an interrupt)
+    llm: str = "offline"
+    base_url: str | None = None
+    model: str | None = None
+    profile: str | None = None
+    data_dir: str | None = None
+    chroma_url: str | None = None
+    history: bool = True  # pipeline 1 (similar past incidents)
+    knowledge: bool = True  # pipeline 3's knowledge base
+    max_feedback_rounds: int = 0  # exploration questions asked before escalating (0: none, batch runs)
+    checkpoint: bool = True
+
+
+def data_dir(options: DiagnoseOptions) -> Path:
+    from agent.knowledge.store import default_data_dir
+
+    return Path(options.data_dir) if options.data_dir else default_data_dir()
+
+
+class Retrieval:
+    """The past-incident DB and the KB, opened (and built from the repo's files when stale) on first use."""
+
+    def __init__(self, options: DiagnoseOptions):
+        self.options = options
+        self._db: Any = None
+        self._kb: Any = None
+
+    def similar(self, text: str, k: int) -> list[PastIncident]:
+        if self._db is None:
+            from agent.knowledge.incident_db import IncidentDB
+
+            self._db = IncidentDB(data_dir=data_dir(self.options), url=self.options.chroma_url)
+            self._db.ensure_seed()
+        return self._db.query(text, k=k)
+
+    def passages(self, text: str, k: int) -> list[KBPassage]:
+        if self._kb is None:
+            from agent.knowledge.kb_index import KnowledgeBase
+
+            self._kb = KnowledgeBase(data_dir=data_dir(self.options), url=self.options.chroma_url)
+            self._kb.ensure()
+        return self._kb.query(text, k=k)
+
+
+class Diagnoser:
+    """Builds the graph for one set of options; `run` and `resume` drive it to the end."""
+
+    def __init__(self, options: DiagnoseOptions | None = None, *, emit: Emit | None = None,
+                 taxonomy: Taxonomy | None = None, reasoner: Reasoner | None = None,
+                 retrieval: Retrieval | None = None, runner: CheckRunner | None = None):
+        self.options = options or DiagnoseOptions()
+        self.taxonomy = taxonomy or load_taxonomy()
+        offline = OfflineReasoner(self.taxonomy)
+        self.reasoner = reasoner or make_reasoner(self.options.llm, self.options.base_url, self.options.model,
+                                                  offline)
+        self.retrieval = retrieval or Retrieval(self.options)
+        self.runner = runner or CheckRunner(executors_for(self.options.hosts, SshOptions(**self.options.ssh)),
+                                            profile_name=self.options.profile)
+        self.tools = GraphTools(
+            taxonomy=self.taxonomy, reasoner=self.reasoner, runner=self.runner,
+            retrieve=self.retrieval.similar if self.options.history else None,
+            kb_query=self.retrieval.passages if self.options.knowledge else None,
+            emit=emit or (lambda event: None), approval=self.options.approval,
+            max_feedback_rounds=self.options.max_feedback_rounds)
+        self._conn: sqlite3.Connection | None = None
+        self.graph = DiagnosisGraph(self.tools).build(self._checkpointer())
+
+    # ---- runs ---------------------------------------------------------------------------------------------
+    def run(self, incident: Incident, answer: Answer | None = None, run_id: str | None = None) -> Report:
+        run_id = run_id or new_run_id()
+        if self.options.checkpoint:
+            save_run(self.options, run_id, incident)
+        return self._drive(initial_state(incident), run_id, answer)
+
+    def resume(self, run_id: str, answer: Answer | None = None) -> Report:
+        """Continue a run from its last checkpoint (after a kill, or after an unanswered interrupt)."""
+        state = self.graph.get_state(self._config(run_id))
+        if not state.values:
+            raise RunNotFound(f"run {run_id!r} has no checkpoint in {runs_dir(self.options)}")
+        pending = self._pending(state)
+        if not state.next:
+            return self._report(run_id, state.values, 0.0)
+        if pending is not None:
+            if answer is None:
+                raise RunNotFound(f"run {run_id!r} waits for an answer to: {pending.get('kind')}")
+            return self._drive(Command(resume=answer(pending)), run_id, answer)
+        return self._drive(None, run_id, answer)
+
+    def _drive(self, start: Any, run_id: str, answer: Answer | None) -> Report:
+        config = self._config(run_id)
+        began = time.perf_counter()
+        payload: Any = start
+        while True:
+            self.graph.invoke(payload, config)
+            state = self.graph.get_state(config)
+            pending = self._pending(state)
+            if pending is None:
+                return self._report(run_id, state.values, time.perf_counter() - began)
+            if answer is None:
+                raise RuntimeError(f"run {run_id} stopped for {pending.get('kind')} but nobody can answer; "
+                                   f"resume it with `aidai diagnose --resume {run_id}`")
+            payload = Command(resume=answer(pending))
+
+    @staticmethod
+    def _pending(state: Any) -> dict[str, Any] | None:
+        interrupts = getattr(state, "interrupts", ()) or ()
+        return dict(interrupts[0].value) if interrupts else None
+
+    def _report(self, run_id: str, values: dict[str, Any], seconds: float) -> Report:
+        return build_report(run_id, values, self.taxonomy, usage=getattr(self.reasoner, "usage", None),
+                            reasoner=getattr(self.reasoner, "name", "offline"), wall_s=seconds)
+
+    def _config(self, run_id: str) -> dict[str, Any]:
+        return {"configurable": {"thread_id": run_id}, "recursion_limit": RECURSION_LIMIT}
+
+    def _checkpointer(self) -> Any:
+        if not self.options.checkpoint:
+            from langgraph.checkpoint.memory import InMemorySaver
+
+            return InMemorySaver()
+        path = runs_dir(self.options) / "checkpoints.sqlite"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(path, check_same_thread=False)
+        return SqliteSaver(self._conn)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+# ---- saved runs -------------------------------------------------------------------------------------------
+def runs_dir(options: DiagnoseOptions) -> Path:
+    return data_dir(options) / "runs"
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+def save_run(options: DiagnoseOptions, run_id: str, incident: Incident) -> Path:
+    path = runs_dir(options) / f"{run_id}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"run_id": run_id, "options": asdict(options),
+                                "incident": incident.model_dump(mode="json")}, indent=1))
+    return path
+
+
+def load_run(run_id: str, data: str | None = None) -> tuple[DiagnoseOptions, Incident]:
+    path = runs_dir(DiagnoseOptions(data_dir=data)) / f"{run_id}.json"
+    if not path.is_file():
+        raise RunNotFound(f"no run {run_id!r} in {path.parent}")
+    saved = json.loads(path.read_text())
+    return DiagnoseOptions(**saved["options"]), Incident.model_validate(saved["incident"])

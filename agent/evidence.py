@@ -1,0 +1,61 @@
+"""What check results say about one taxonomy leaf, by the leaf's evidence rules (never by a model).
+
+A rule is `check:finding_regex` (the regex must match the whole finding id). A FAIL finding that a rule
+matches is strong evidence, a WARN finding weak; checks of the leaf that ran and found nothing the rules
+match reject it; checks that could not decide (UNKNOWN) never reject.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from agent.models import CheckResult, Verdict
+from agent.reasoning.base import Evidence
+
+
+@lru_cache(maxsize=1024)
+def _rule(rule: str) -> tuple[str, re.Pattern[str]]:
+    check, _, pattern = rule.partition(":")
+    return check, re.compile(pattern or ".*")
+
+
+def rule_checks(rules: list[str]) -> list[str]:
+    return list(dict.fromkeys(_rule(r)[0] for r in rules))
+
+
+def assess(rules: list[str], results: list[CheckResult]) -> Evidence:
+    compiled = [_rule(r) for r in rules]
+    wanted = {check for check, _ in compiled}
+    strong: list[str] = []
+    weak: list[str] = []
+    passed: list[str] = []
+    unknown: list[str] = []
+    for result in results:
+        if result.check not in wanted:
+            continue
+        where = f"{result.check}@{result.host}"
+        if result.verdict == Verdict.UNKNOWN:
+            unknown.append(f"{where}: {result.reason or result.summary}"[:200])
+            continue
+        hits = [f for f in result.findings if f.severity in ("FAIL", "WARN")
+                and any(check == result.check and pattern.fullmatch(f.id) for check, pattern in compiled)]
+        for finding in hits:
+            entry = f"{result.check}:{finding.id}@{finding.entity or result.host} ({finding.severity})"
+            (strong if finding.severity == "FAIL" else weak).append(entry)
+        if not hits:
+            passed.append(where)
+    if strong:
+        strength = "strong"
+    elif weak:
+        strength = "weak"
+    elif passed:
+        strength = "none"
+    else:
+        strength = "unknown"
+    return Evidence(strength=strength, matched=_unique(strong + weak), rejected_by=_unique(passed),
+                    unknown=_unique(unknown))
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))

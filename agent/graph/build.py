@@ -1,0 +1,272 @@
+"""The online diagnosis as a LangGraph StateGraph (AidAI Fig. 4/6, Algorithm 1):
+
+summarize → pretriage → historical (pipeline 1) ─confirmed→ conclude
+                                   └→ dfs_init → dfs (pipeline 2, one step per super-step, explicit stack)
+                                        ─confirmed→ conclude
+                                        └→ explore (pipeline 3) → feedback ─answer→ summarize again → dfs_init
+                                                                           └→ conclude (escalate)
+
+Every step is checkpointed; approvals of active checks and the user's feedback are LangGraph interrupts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.types import interrupt
+
+from agent.agents import conclusion, execution, planning, reflection, summarization
+from agent.checks.runner import CheckRunner
+from agent.graph.state import (
+    DiagnosisState,
+    Frame,
+    dump_result,
+    load_judgements,
+    load_memory,
+    load_results,
+    result_key,
+)
+from agent.incident import Incident, IncidentSummary
+from agent.models import CheckResult
+from agent.reasoning.base import KBPassage, LeafJudgement, Observation, PastIncident, Reasoner
+from agent.taxonomy import Taxonomy
+
+Emit = Callable[[dict[str, Any]], None]
+Approval = Literal["all", "none", "ask"]
+PreTriage = Callable[[Incident], tuple[list[dict[str, Any]], dict[str, float]]]
+
+
+@dataclass
+class GraphTools:
+    """What the graph's nodes act with; none of it is checkpointed (the state is)."""
+
+    taxonomy: Taxonomy
+    reasoner: Reasoner
+    runner: CheckRunner
+    retrieve: planning.Retrieve | None = None
+    kb_query: Callable[[str, int], list[KBPassage]] | None = None
+    pretriage: list[PreTriage] = field(default_factory=list)
+    emit: Emit = lambda event: None
+    approval: Approval = "none"
+    max_feedback_rounds: int = 0  # 0: nobody to ask (batch runs); the chat asks
+
+
+class DiagnosisGraph:
+    def __init__(self, tools: GraphTools):
+        self.t = tools
+
+    # ---- shared steps -------------------------------------------------------------------------------------
+    def _summary(self, state: DiagnosisState) -> IncidentSummary:
+        return IncidentSummary.model_validate(state["summary"])
+
+    def _execute(self, state: DiagnosisState, label: str) -> tuple[list[CheckResult], dict[str, Any]]:
+        """Run the node's checks; ask for approval of active ones first (an interrupt when policy is ask)."""
+        runner = self.t.runner
+        for result in load_results(state):  # a resumed run reuses what the checkpoint already holds
+            runner.cache.setdefault((result.host, result.check), result)
+        checks = execution.checks_for(self.t.taxonomy, runner, label)
+        approvals = dict(state.get("approvals", {}))
+        undecided = [c for c in execution.needs_approval(runner, checks) if c not in approvals]
+        if undecided:
+            if self.t.approval == "ask":
+                specs = [runner.manifest.get(c) for c in undecided]
+                answer = interrupt({"kind": "approval", "node": label, "checks": [
+                    {"id": s.id, "tier": s.tier, "description": s.description, "expected_cost_s": s.expected_cost_s}
+                    for s in specs]})
+                approvals.update({c: bool((answer or {}).get(c, False)) for c in undecided})
+            else:
+                approvals.update({c: self.t.approval == "all" for c in undecided})
+        runner.approve = lambda spec, host: approvals.get(spec.id, False)
+        self.t.emit({"type": "checks", "node": label, "checks": checks})
+        results = execution.run_checks(runner, checks)
+        stored = dict(state.get("results", {}))
+        stored.update({result_key(r): dump_result(r) for r in results})
+        return results, {"results": stored, "approvals": approvals}
+
+    def _judge(self, state: DiagnosisState, label: str, pipeline: int) -> LeafJudgement:
+        judgement = reflection.validate(self.t.reasoner, self.t.taxonomy, self._summary(state), label,
+                                        load_results(state))
+        self.t.emit({"type": "judgement", "pipeline": pipeline, **judgement.model_dump(mode="json")})
+        return judgement
+
+    @staticmethod
+    def _trace(state: DiagnosisState, pipeline: int, node: str, action: str, detail: str = "") -> list[dict]:
+        return [*state.get("path", []), {"pipeline": pipeline, "node": node or "ROOT", "action": action,
+                                         "detail": detail}]
+
+    # ---- nodes --------------------------------------------------------------------------------------------
+    def summarize(self, state: DiagnosisState) -> dict[str, Any]:
+        incident = Incident.model_validate(state["incident"])
+        summary = summarization.summarize(self.t.reasoner, incident, state.get("feedback"))
+        self.t.emit({"type": "summary", **summary.model_dump(mode="json", exclude={"text", "query"})})
+        return {"summary": summary.model_dump(mode="json")}
+
+    def pretriage(self, state: DiagnosisState) -> dict[str, Any]:
+        incident = Incident.model_validate(state["incident"])
+        found: list[dict[str, Any]] = []
+        priors: dict[str, float] = {}
+        for tool in self.t.pretriage:
+            results, tool_priors = tool(incident)
+            found += results
+            for label, score in tool_priors.items():
+                priors[label] = max(priors.get(label, 0.0), score)
+        if found:
+            self.t.emit({"type": "pretriage", "results": found})
+        return {"pretriage": found, "pretriage_priors": priors}
+
+    def historical(self, state: DiagnosisState) -> dict[str, Any]:
+        summary = self._summary(state)
+        similar = (planning.similar_incidents(self.t.reasoner, summary, self.t.retrieve, self.t.taxonomy)
+                   if self.t.retrieve else [])
+        self.t.emit({"type": "history", "similar": [p.model_dump(mode="json") for p in similar[:5]]})
+        update: dict[str, Any] = {"similar": [p.model_dump(mode="json") for p in similar],
+                                  "priors": planning.priors(similar, state.get("pretriage_priors"))}
+        judgements = load_judgements(state)
+        path = list(state.get("path", []))
+        memory: list[dict[str, Any]] = []
+        hypotheses = planning.history_hypotheses(similar)
+        tested: set[str] = set()
+        while hypotheses:
+            label = hypotheses.pop(0)
+            tested.add(label)
+            results, changes = self._execute({**state, **update}, label)
+            update.update(changes)
+            memory += [Observation(node=label, result=r).model_dump(mode="json") for r in results]
+            judgement = self._judge({**state, **update}, label, 1)
+            judgements = [j for j in judgements if j.label != label] + [judgement]
+            path.append({"pipeline": 1, "node": label, "action": judgement.status, "detail": judgement.why})
+            if judgement.status == "confirmed":
+                # a confirmed leaf's siblings share its checks: test them too, for secondary causes
+                siblings = [n.label for n in self.t.taxonomy.node(label).siblings if n.is_leaf]
+                hypotheses += [s for s in siblings if s not in tested and s not in hypotheses]
+        confirmed = [j for j in judgements if j.status == "confirmed"]
+        update.update({"judgements": [j.model_dump(mode="json") for j in judgements], "path": path,
+                       "memory": memory, "pipeline": 1 if confirmed else 0})
+        return update
+
+    def dfs_init(self, state: DiagnosisState) -> dict[str, Any]:
+        root: Frame = {"label": "", "phase": "enter", "children": [], "next": 0, "mark": len(state.get("memory", []))}
+        return {"stack": [root], "path": self._trace(state, 2, "", "start")}
+
+    def dfs(self, state: DiagnosisState) -> dict[str, Any]:
+        """One step of Algorithm 1 on the explicit stack."""
+        stack: list[Frame] = [dict(f) for f in state["stack"]]  # type: ignore[misc]
+        frame = stack[-1]
+        label = frame["label"]
+        memory = list(state.get("memory", []))
+        update: dict[str, Any] = {}
+        if frame["phase"] == "children":
+            if frame["next"] < len(frame["children"]):
+                child = frame["children"][frame["next"]]
+                frame["next"] += 1
+                stack.append({"label": child, "phase": "enter", "children": [], "next": 0, "mark": len(memory)})
+                self.t.emit({"type": "hypothesis", "node": child, "depth": len(stack) - 1})
+                return {"stack": stack, "path": self._trace(state, 2, child, "enter")}
+            stack.pop()
+            return {"stack": stack, "memory": memory[:frame["mark"]]}  # ClearMemory on backtrack
+        results: list[CheckResult] = []
+        if label:
+            results, changes = self._execute(state, label)
+            update.update(changes)
+            memory += [Observation(node=label, result=r).model_dump(mode="json") for r in results]
+        merged = {**state, **update, "memory": memory}
+        node = self.t.taxonomy.node(label)
+        if label and node.is_leaf:
+            # judged again even if pipeline 1 or an earlier round did: checks are cached, the text may be newer
+            judgement = self._judge(merged, label, 2)  # type: ignore[arg-type]
+            judgements = [j for j in load_judgements(state) if j.label != label] + [judgement]
+            stack.pop()
+            return {**update, "stack": stack, "memory": memory[:frame["mark"]],
+                    "judgements": [j.model_dump(mode="json") for j in judgements],
+                    "path": self._trace(state, 2, label, judgement.status, judgement.why)}
+        ranked = planning.rank_children(self.t.reasoner, self.t.taxonomy, self._summary(state), label,
+                                        load_memory(merged), state.get("priors", {}))  # type: ignore[arg-type]
+        kept = [c.label for c in ranked if c.keep]
+        self.t.emit({"type": "rank", "node": label or "ROOT", "ranked": [c.model_dump() for c in ranked]})
+        detail = "; ".join(f"{c.label.rsplit('.', 1)[-1]} {c.score:.2f}{'' if c.keep else ' (pruned)'}"
+                           for c in ranked)
+        path = self._trace(state, 2, label, "rank", detail)
+        if not kept:
+            stack.pop()
+            path.append({"pipeline": 2, "node": label, "action": "early_stop", "detail": "no child is relevant"})
+            return {**update, "stack": stack, "memory": memory[:frame["mark"]], "path": path}
+        frame.update({"phase": "children", "children": kept, "next": 0})
+        return {**update, "stack": stack, "memory": memory, "path": path}
+
+    def explore(self, state: DiagnosisState) -> dict[str, Any]:
+        summary = self._summary(state)
+        passages = self.t.kb_query(summary.query, 4) if self.t.kb_query else []
+        hypotheses = self.t.reasoner.explore(summary, load_memory(state), passages, load_judgements(state))
+        dumped = [h.model_dump(mode="json") for h in hypotheses]
+        self.t.emit({"type": "exploration", "hypotheses": dumped})
+        return {"exploration": dumped, "path": self._trace(state, 3, "", "explore", f"{len(dumped)} suggestions")}
+
+    def feedback(self, state: DiagnosisState) -> dict[str, Any]:
+        answer = interrupt({"kind": "feedback", "hypotheses": state.get("exploration", []),
+                            "question": "No root cause was confirmed. What else do you see (new error lines, what "
+                                        "changed, results of the steps above)? Leave empty to escalate."})
+        text = str(answer or "").strip()
+        rounds = state.get("feedback_rounds", 0) + 1
+        if not text:
+            return {"feedback_rounds": rounds}
+        return {"feedback": [*state.get("feedback", []), text], "feedback_rounds": rounds,
+                "path": self._trace(state, 3, "", "feedback", text[:200])}
+
+    def conclude(self, state: DiagnosisState) -> dict[str, Any]:
+        judgements = load_judgements(state)
+        ordered = conclusion.order([j for j in judgements if j.status == "confirmed"])
+        text = conclusion.explain(self.t.reasoner, self._summary(state), ordered, load_memory(state))
+        pipeline = state.get("pipeline", 0) or (0 if not ordered else 3 if state.get("feedback") else 2)
+        result = {"resolved": bool(ordered), "pipeline": pipeline,
+                  "root_causes": [j.model_dump(mode="json") for j in ordered], "explanation": text}
+        self.t.emit({"type": "conclusion", **result})
+        return {"conclusion": result, "pipeline": pipeline}
+
+    # ---- routing ------------------------------------------------------------------------------------------
+    @staticmethod
+    def after_historical(state: DiagnosisState) -> str:
+        return "conclude" if state.get("pipeline") == 1 else "dfs_init"
+
+    @staticmethod
+    def after_dfs(state: DiagnosisState) -> str:
+        if state["stack"]:
+            return "dfs"
+        confirmed = any(j["status"] == "confirmed" for j in state.get("judgements", []))
+        return "conclude" if confirmed else "explore"
+
+    def after_explore(self, state: DiagnosisState) -> str:
+        return "feedback" if state.get("feedback_rounds", 0) < self.t.max_feedback_rounds else "conclude"
+
+    @staticmethod
+    def after_feedback(state: DiagnosisState) -> str:
+        fresh = len(state.get("feedback", [])) >= state.get("feedback_rounds", 0) > 0
+        return "summarize_again" if fresh else "conclude"
+
+    def build(self, checkpointer: Any = None):  # type: ignore[no-untyped-def]
+        graph = StateGraph(DiagnosisState)
+        for name in ("summarize", "pretriage", "historical", "dfs_init", "dfs", "explore", "feedback", "conclude"):
+            graph.add_node(name, getattr(self, name))
+        graph.add_node("summarize_again", self.summarize)
+        graph.add_edge(START, "summarize")
+        graph.add_edge("summarize", "pretriage")
+        graph.add_edge("pretriage", "historical")
+        graph.add_conditional_edges("historical", self.after_historical, ["conclude", "dfs_init"])
+        graph.add_edge("dfs_init", "dfs")
+        graph.add_conditional_edges("dfs", self.after_dfs, ["dfs", "conclude", "explore"])
+        graph.add_conditional_edges("explore", self.after_explore, ["feedback", "conclude"])
+        graph.add_conditional_edges("feedback", self.after_feedback, ["summarize_again", "conclude"])
+        graph.add_edge("summarize_again", "dfs_init")
+        graph.add_edge("conclude", END)
+        return graph.compile(checkpointer=checkpointer)
+
+
+def initial_state(incident: Incident) -> DiagnosisState:
+    return {"incident": incident.model_dump(mode="json"), "results": {}, "memory": [], "judgements": [], "path": [],
+            "approvals": {}, "pipeline": 0, "feedback": [], "feedback_rounds": 0}
+
+
+def similar_from_state(state: DiagnosisState) -> list[PastIncident]:
+    return [PastIncident.model_validate(p) for p in state.get("similar", [])]

@@ -1,0 +1,61 @@
+"""The diagnosis state LangGraph checkpoints after every step: plain JSON-able data only, so a run can be
+resumed by another process (pydantic objects are dumped on the way in and rebuilt on the way out)."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+from agent.models import CheckResult
+from agent.reasoning.base import LeafJudgement, Observation
+
+RAW_IN_STATE = 1024  # the ticket hashes the full output; the checkpoint keeps an excerpt
+
+
+class Frame(TypedDict):
+    """One DFS stack entry: a taxonomy node being entered, or whose kept children are being visited."""
+
+    label: str
+    phase: str  # enter | children
+    children: list[str]
+    next: int
+    mark: int  # len(memory) when the node was entered: backtracking clears the branch's memory to here
+
+
+class DiagnosisState(TypedDict, total=False):
+    incident: dict[str, Any]
+    summary: dict[str, Any]
+    pretriage: list[dict[str, Any]]
+    pretriage_priors: dict[str, float]
+    similar: list[dict[str, Any]]
+    priors: dict[str, float]
+    results: dict[str, dict[str, Any]]  # "host|check" -> CheckResult: everything run, for resume and ticket
+    memory: list[dict[str, Any]]  # Observations the planner sees (branch-scoped during the DFS)
+    stack: list[Frame]
+    judgements: list[dict[str, Any]]  # every leaf tested, in order
+    path: list[dict[str, Any]]  # {pipeline, node, action, detail}: the DFS trace for the report
+    approvals: dict[str, bool]  # check id -> the user's answer for active/intrusive checks
+    pipeline: int  # the pipeline that confirmed the root cause; 0 while none has
+    exploration: list[dict[str, Any]]
+    feedback: list[str]
+    feedback_rounds: int
+    conclusion: dict[str, Any]
+
+
+def result_key(result: CheckResult) -> str:
+    return f"{result.host}|{result.check}"
+
+
+def dump_result(result: CheckResult) -> dict[str, Any]:
+    return result.model_dump(mode="json") | {"raw_excerpt": result.raw_excerpt[:RAW_IN_STATE]}
+
+
+def load_results(state: DiagnosisState) -> list[CheckResult]:
+    return [CheckResult.model_validate(r) for r in state.get("results", {}).values()]
+
+
+def load_memory(state: DiagnosisState) -> list[Observation]:
+    return [Observation.model_validate(o) for o in state.get("memory", [])]
+
+
+def load_judgements(state: DiagnosisState) -> list[LeafJudgement]:
+    return [LeafJudgement.model_validate(j) for j in state.get("judgements", [])]

@@ -1,0 +1,48 @@
+"""An incident as the customer reports it, and the summary the summarization agent makes of it."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field, field_validator
+
+MAX_TEXT_BYTES = 8 * 1024 * 1024  # more than this is a log dump: attach it as a file for pre-triage instead
+
+
+class IncidentError(ValueError):
+    """The incident cannot be diagnosed as given (empty, too large, unreadable)."""
+
+
+class Incident(BaseModel):
+    text: str
+    environment: str = ""
+    hosts: list[str] = Field(default_factory=list)  # host specs to run checks on (local, ssh://..., sim:DIR)
+    attachments: dict[str, str] = Field(default_factory=dict)  # kind -> path (logs dir, metrics CSV, host list)
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, value: str) -> str:
+        if not value.strip():
+            raise IncidentError("the incident text is empty: describe what failed or pass --file with the error log")
+        size = len(value.encode("utf-8", "replace"))
+        if size > MAX_TEXT_BYTES:
+            raise IncidentError(f"the incident text is {size / 2**20:.1f} MiB (limit {MAX_TEXT_BYTES // 2**20} MiB): "
+                                "pass the error excerpt as text and the full log as an attachment")
+        return value
+
+
+class Entities(BaseModel):
+    hosts: list[str] = Field(default_factory=list)
+    gpus: list[str] = Field(default_factory=list)  # GPU indexes or PCI bus ids named in the text
+    ranks: list[int] = Field(default_factory=list)
+    xids: list[int] = Field(default_factory=list)
+    devices: list[str] = Field(default_factory=list)  # NICs and HCAs: mlx5_0, ib0, eth0
+    versions: dict[str, str] = Field(default_factory=dict)  # driver, cuda, nccl, torch ...
+    error_codes: list[str] = Field(default_factory=list)  # CUDA/NCCL error names, DCGM_FR_*, errno names
+
+
+class IncidentSummary(BaseModel):
+    title: str
+    key_lines: list[str] = Field(default_factory=list)  # the error lines, verbatim
+    entities: Entities = Field(default_factory=Entities)
+    query: str  # what retrieval and ranking look at: key lines first, then the description
+    text: str = ""  # the incident text (kept whole for signature matching)
+    environment: str = ""

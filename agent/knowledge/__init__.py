@@ -1,0 +1,1 @@
+"""Offline knowledge for the agents: embeddings, the past-incident DB and the domain KB (Chroma via LlamaIndex)."""

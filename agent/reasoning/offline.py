@@ -1,0 +1,201 @@
+"""The offline reasoner (the default): no network. It decides from node signatures and Xid codes matched in
+the incident text, embedding similarity between the incident and node descriptions, retrieval priors, and
+the evidence the checks already gathered."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from functools import cached_property
+
+import numpy as np
+
+from agent.evidence import assess
+from agent.incident import Incident, IncidentSummary
+from agent.models import CheckResult, Verdict
+from agent.reasoning import text_signals
+from agent.reasoning.base import (
+    Choice,
+    Evidence,
+    ExplorationHypothesis,
+    KBPassage,
+    LeafJudgement,
+    NodeInfo,
+    Observation,
+    PastIncident,
+    Usage,
+)
+from agent.taxonomy import Taxonomy
+
+Embed = Callable[[list[str]], np.ndarray]
+KEEP_AT_ROOT = 3  # categories explored even without a signal: the incident text is often vague
+KEEP_BELOW = 1
+STEP_LINE = re.compile(r"^\s*(?:[-*]|\d+[.)])\s+(.+)")
+
+
+def _default_embed(texts: list[str]) -> np.ndarray:
+    from agent.knowledge.embeddings import embed
+
+    return embed(texts)
+
+
+class OfflineReasoner:
+    name = "offline"
+
+    def __init__(self, taxonomy: Taxonomy, embed: Embed | None = None):
+        self.taxonomy = taxonomy
+        self.embed = embed or _default_embed
+        self.usage = Usage()
+        self._node_vectors: dict[str, np.ndarray] = {}
+        self._query_vectors: dict[str, np.ndarray] = {}
+
+    # ---- text signals -------------------------------------------------------------------------------------
+    @cached_property
+    def _all_patterns(self) -> list[re.Pattern[str]]:
+        return [p for leaf in self.taxonomy.leaves() for p in leaf.patterns]
+
+    def signature_hits(self, text: str, label: str) -> int:
+        """Distinct signatures of the node and its subtree found in the text."""
+        node = self.taxonomy.node(label)
+        return len({sig for n in [node, *node.descendants] for sig in n.matching_signatures(text)})
+
+    def xid_hit(self, summary: IncidentSummary, label: str) -> bool:
+        node = self.taxonomy.node(label)
+        xids = {x for n in [node, *node.descendants] for x in n.xids}
+        return bool(xids & set(summary.entities.xids))
+
+    def similarity(self, summary: IncidentSummary, labels: list[str]) -> dict[str, float]:
+        missing = [lb for lb in labels if lb not in self._node_vectors]
+        if missing:
+            texts = [f"{lb.replace('.', ' ').replace('_', ' ').lower()}: {self.taxonomy.node(lb).description}"
+                     for lb in missing]
+            for label, vector in zip(missing, self.embed(texts), strict=True):
+                self._node_vectors[label] = vector
+        if summary.query not in self._query_vectors:
+            self._query_vectors = {summary.query: self.embed([summary.query])[0]}
+        query = self._query_vectors[summary.query]
+        return {lb: float(np.dot(query, self._node_vectors[lb])) for lb in labels}
+
+    def text_fit(self, summary: IncidentSummary, label: str) -> bool:
+        return self.signature_hits(summary.text, label) > 0 or self.xid_hit(summary, label)
+
+    # ---- Reasoner -----------------------------------------------------------------------------------------
+    def summarize(self, incident: Incident) -> IncidentSummary:
+        text = incident.text
+        lines = text_signals.key_lines(text, self._all_patterns)
+        query = "\n".join([*lines, text[:600]]) if lines else text[:1500]
+        return IncidentSummary(title=text_signals.title(text, lines), key_lines=lines,
+                               entities=text_signals.entities(text), query=query, text=text,
+                               environment=incident.environment)
+
+    def rerank_history(self, summary: IncidentSummary, candidates: list[PastIncident]) -> list[PastIncident]:
+        ranked = []
+        for past in candidates:
+            fit = self.text_fit(summary, past.label) if past.label in self.taxonomy.labels() else False
+            ranked.append(past.model_copy(update={"score": round(0.75 * past.score + 0.25 * fit, 4)}))
+        return sorted(ranked, key=lambda p: -p.score)
+
+    def rank_children(self, summary: IncidentSummary, parent: NodeInfo, children: list[NodeInfo],
+                      memory: list[Observation], priors: dict[str, float]) -> list[Choice]:
+        labels = [c.label for c in children]
+        sims = self.similarity(summary, labels)
+        results = [o.result for o in memory]
+        scored: list[tuple[float, Choice]] = []
+        for child in children:
+            hits = self.signature_hits(summary.text, child.label)
+            xid = self.xid_hit(summary, child.label)
+            seen = self._memory_evidence(child.label, results)
+            prior = priors.get(child.label, 0.0)
+            score = min(hits, 3) * 0.5 + xid * 1.0 + sims[child.label] * 1.5 + prior + seen
+            why = ", ".join(part for part in (
+                f"{hits} signature(s) in the incident" if hits else "",
+                "Xid code in the incident" if xid else "",
+                f"check evidence {seen:.1f}" if seen else "",
+                f"similar past incidents {prior:.2f}" if prior else "",
+                f"text similarity {sims[child.label]:.2f}")
+                if part)
+            signal = hits > 0 or xid or seen > 0 or prior >= 0.3
+            scored.append((score, Choice(label=child.label, score=round(score, 4), keep=signal, why=why)))
+        scored.sort(key=lambda item: -item[0])
+        floor = KEEP_AT_ROOT if not parent.label else KEEP_BELOW
+        cleared = not parent.label or self._node_cleared(parent, results)
+        ranked = []
+        for rank, (_, choice) in enumerate(scored):
+            # below the root, a parent whose own checks all passed does not earn its children a blind visit
+            keep = choice.keep or (rank < floor and (not parent.label or not cleared))
+            ranked.append(choice.model_copy(update={"keep": keep}))
+        return ranked
+
+    def validate_leaf(self, summary: IncidentSummary, leaf: NodeInfo, evidence: Evidence,
+                      results: list[CheckResult]) -> LeafJudgement:
+        fit = self.text_fit(summary, leaf.label)
+        sim = self.similarity(summary, [leaf.label])[leaf.label]
+        if evidence.strength == "strong":
+            status, confidence, why = "confirmed", 0.75 + 0.1 * fit + 0.15 * max(sim, 0.0), "checks confirm it"
+        elif evidence.strength == "weak" and fit:
+            status, confidence, why = "confirmed", 0.5 + 0.1 * max(sim, 0.0), "weak check evidence matching the text"
+        elif evidence.strength == "weak":
+            status, confidence, why = "inconclusive", 0.3, "weak check evidence only"
+        elif evidence.strength == "none" and not (fit and evidence.unknown):
+            status, confidence, why = "rejected", 0.0, "its checks ran and found nothing"
+        else:
+            status, confidence = "inconclusive", 0.25 if fit else 0.1
+            why = "its checks could not decide" + (" but the incident text points to it" if fit else "")
+        detail = "; ".join(evidence.matched[:4] or evidence.rejected_by[:3] or evidence.unknown[:2])
+        return LeafJudgement(label=leaf.label, status=status, confidence=round(confidence, 3),
+                             why=f"{why}: {detail}" if detail else why, evidence=evidence)
+
+    def explore(self, summary: IncidentSummary, memory: list[Observation], passages: list[KBPassage],
+                tested: list[LeafJudgement]) -> list[ExplorationHypothesis]:
+        out: list[ExplorationHypothesis] = []
+        for judgement in tested:
+            if judgement.status != "inconclusive":
+                continue
+            node = self.taxonomy.node(judgement.label)
+            out.append(ExplorationHypothesis(
+                title=f"Unverified: {judgement.label}", why=judgement.why,
+                steps=[node.runbook], related_labels=[judgement.label]))
+        seen_docs: set[str] = set()
+        for passage in passages:
+            if passage.doc in seen_docs:
+                continue
+            seen_docs.add(passage.doc)
+            steps = [m.group(1).strip() for m in map(STEP_LINE.match, passage.text.splitlines()) if m][:5]
+            out.append(ExplorationHypothesis(
+                title=passage.title, why=f"the knowledge base matches the incident (score {passage.score:.2f})",
+                steps=steps or [passage.text[:300]], sources=[passage.doc]))
+        warned = [o.result for o in memory if o.result.verdict == Verdict.WARN]
+        for result in warned[:3]:
+            out.append(ExplorationHypothesis(
+                title=f"Follow up the warning of {result.check} on {result.host}", why=result.summary[:300],
+                steps=[f"look at: {f.message}" for f in result.failing()[:3]]))
+        return out[:8]
+
+    def conclude(self, summary: IncidentSummary, confirmed: list[LeafJudgement],
+                 memory: list[Observation]) -> str:
+        if not confirmed:
+            return "No root cause could be confirmed by the checks."
+        head, *rest = confirmed
+        node = self.taxonomy.node(head.label)
+        text = f"Root cause: {head.label} ({head.why}). {node.runbook}"
+        if rest:
+            text += " Also confirmed: " + ", ".join(j.label for j in rest) + "."
+        return text
+
+    # ---- helpers ------------------------------------------------------------------------------------------
+    def _memory_evidence(self, label: str, results: list[CheckResult]) -> float:
+        """How strongly the checks run so far point into the subtree of `label` (1 strong, 0.4 weak)."""
+        if not results:
+            return 0.0
+        best = 0.0
+        for leaf in self.taxonomy.leaves(label):
+            strength = assess(leaf.evidence, results).strength
+            best = max(best, {"strong": 1.0, "weak": 0.4}.get(strength, 0.0))
+            if best == 1.0:
+                break
+        return best
+
+    def _node_cleared(self, parent: NodeInfo, results: list[CheckResult]) -> bool:
+        """The parent's own checks all ran and passed."""
+        own = [r for r in results if r.check in parent.checks]
+        return bool(own) and all(r.verdict == Verdict.PASS for r in own)

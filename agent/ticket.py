@@ -1,0 +1,114 @@
+"""The escalation ticket (DESIGN.md): what the provider needs to act without asking the customer again.
+
+Markdown for people and JSON for the provider's tooling, both from the same redacted data: summary,
+environment signature, hypotheses tested with the DFS path, every check run (command, verdict, key findings,
+output hash), similar past incidents, pre-triage results and suggested next steps.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from agent.redact import Redactor
+from agent.report import Report
+
+MAX_FINDINGS = 5
+
+
+def ticket_data(report: Report, hostnames: list[str] | None = None) -> dict[str, Any]:
+    redactor = Redactor([*(hostnames or []), *report.hosts])
+    status = "resolved" if report.resolved else "escalated"
+    data = {
+        "run_id": report.run_id,
+        "status": status,
+        "summary": report.title,
+        "incident": report.incident,
+        "environment": report.environment,
+        "hosts": report.hosts,
+        "root_causes": [c.model_dump(mode="json") for c in report.root_causes],
+        "conclusion": report.explanation,
+        "hypotheses_tested": [{"label": j.label, "status": j.status, "confidence": j.confidence, "why": j.why}
+                              for j in report.hypotheses],
+        "path": [s.model_dump(mode="json") for s in report.path if s.action != "rank"],
+        "checks": [{"check": r.check, "host": r.host, "tier": r.tier, "verdict": r.verdict.value,
+                    "summary": r.summary, "reason": r.reason, "commands": r.cmds,
+                    "findings": [f"{f.severity} {f.id} {f.entity}: {f.message}".strip()
+                                 for f in r.failing()[:MAX_FINDINGS]],
+                    "duration_s": r.duration_s, "output_sha256": r.output_sha256} for r in report.results],
+        "similar_incidents": [{"id": p.id, "label": p.label, "score": p.score} for p in report.similar[:5]],
+        "next_steps": [h.model_dump(mode="json") for h in report.exploration],
+        "customer_feedback": report.feedback,
+        "usage": {"reasoner": report.reasoner, "llm_calls": report.llm_calls, "tokens": report.tokens},
+    }
+    redacted = redactor.data(data)
+    redacted["redactions"] = dict(sorted(redactor.counts.items()))
+    return redacted
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(data: dict[str, Any]) -> str:
+    out = [f"# aidai escalation ticket: {data['summary'] or 'unresolved incident'}", "",
+           f"- **Status:** {data['status']}", f"- **Run:** `{data['run_id']}`",
+           f"- **Environment:** {data['environment'] or 'not given'}",
+           f"- **Hosts checked:** {', '.join(data['hosts']) or 'none'}", "", "## Incident", "", "```",
+           data["incident"].strip()[:4000], "```", ""]
+    if data["root_causes"]:
+        out += ["## Confirmed root causes", ""]
+        for i, cause in enumerate(data["root_causes"], 1):
+            out.append(f"{i}. **{cause['label']}** (confidence {cause['confidence']:.2f}, {cause['severity']}): "
+                       f"{cause['why']}")
+            out += [f"   - evidence: `{line}`" for line in cause["evidence"]]
+        out += ["", data["conclusion"], ""]
+    else:
+        out += ["## No root cause confirmed", "", "The checks below ran and none confirmed a known cause; "
+                "the provider needs to look at what they could not see.", ""]
+    out += ["## Hypotheses tested", "", "| hypothesis | verdict | confidence | why |", "|---|---|---|---|"]
+    out += [f"| {h['label']} | {h['status']} | {h['confidence']:.2f} | {_md_escape(h['why'])} |"
+            for h in data["hypotheses_tested"]]
+    out += ["", "## Path through the taxonomy", ""]
+    out += [f"{i}. p{step['pipeline']} {step['node']}: {step['action']}"
+            + (f" ({_md_escape(step['detail'])[:160]})" if step["detail"] else "")
+            for i, step in enumerate(data["path"], 1)]
+    out += ["", "## Checks run", "", "| host | check | tier | verdict | key findings | output sha256 |",
+            "|---|---|---|---|---|---|"]
+    for check in data["checks"]:
+        findings = "<br>".join(_md_escape(f) for f in check["findings"]) or _md_escape(
+            check["reason"] or check["summary"])
+        out.append(f"| {check['host']} | {check['check']} | {check['tier']} | {check['verdict']} | {findings} | "
+                   f"`{check['output_sha256'][:16]}` |")
+    commands = [(c["check"], cmd) for c in data["checks"] for cmd in c["commands"]]
+    if commands:
+        out += ["", "<details><summary>commands</summary>", "", "```"]
+        out += [f"# {check}: {cmd}" for check, cmd in dict.fromkeys(commands)]
+        out += ["```", "</details>"]
+    if data["similar_incidents"]:
+        out += ["", "## Similar past incidents", ""]
+        out += [f"- {p['id']}: {p['label']} (similarity {p['score']:.2f})" for p in data["similar_incidents"]]
+    if data["next_steps"]:
+        out += ["", "## Suggested next steps", ""]
+        for step in data["next_steps"]:
+            out.append(f"- **{step['title']}**: {step['why']}")
+            out += [f"  - {s}" for s in step["steps"]]
+    if data["customer_feedback"]:
+        out += ["", "## What the customer added", ""] + [f"- {f}" for f in data["customer_feedback"]]
+    redactions = ", ".join(f"{n} {kind}" for kind, n in data["redactions"].items()) or "nothing found"
+    out += ["", f"_Redacted before export: {redactions}. Reasoner: {data['usage']['reasoner']}, "
+            f"{data['usage']['llm_calls']} LLM call(s)._", ""]
+    return "\n".join(out)
+
+
+def write_ticket(report: Report, path: str | Path, hostnames: list[str] | None = None) -> tuple[Path, Path]:
+    """PATH.md and PATH.json (the suffix of PATH, if any, is replaced)."""
+    base = Path(path)
+    base = base.with_suffix("") if base.suffix in (".md", ".json") else base
+    base.parent.mkdir(parents=True, exist_ok=True)
+    data = ticket_data(report, hostnames)
+    md, js = base.with_suffix(".md"), base.with_suffix(".json")
+    md.write_text(render_markdown(data), encoding="utf-8")
+    js.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    return md, js
