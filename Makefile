@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install sshd test lint demo bench clean
+.PHONY: install sshd test test-llm lint demo bench eval clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,13 +23,22 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 test: install lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not llm_server"
+
+# The openai reasoner against a real model served by llama-cpp-python on loopback (compiles llama.cpp: ~10 min).
+test-llm: install
+	$(BIN)/python -m pip install -q -e '.[dev,llm]'
+	$(BIN)/python -m pytest -q -m llm_server -s
 
 demo: install
 	$(BIN)/aidai demo
 
-bench: install
+bench: install eval
 	$(BIN)/python -m eval.bench_checks
+
+# Diagnosis accuracy and speed on the dev incidents (../shared/eval/dev_incidents.jsonl).
+eval: install
+	$(BIN)/python -m eval.dev_eval --out eval/results/dev_offline.md
 
 clean:
 	rm -rf $(VENV) demo-host

@@ -49,7 +49,9 @@ class DiagnoseOptions:
     data_dir: str | None = None
     chroma_url: str | None = None
     history: bool = True  # pipeline 1 (similar past incidents)
+    seed: bool = True  # the bundled seed incidents are part of the history
     knowledge: bool = True  # pipeline 3's knowledge base
+    kb_dir: str | None = None  # markdown KB to read instead of the bundled knowledge/kb
     max_feedback_rounds: int = 0  # exploration questions asked before escalating (0: none, batch runs)
     checkpoint: bool = True
 
@@ -73,14 +75,16 @@ class Retrieval:
             from agent.knowledge.incident_db import IncidentDB
 
             self._db = IncidentDB(data_dir=data_dir(self.options), url=self.options.chroma_url)
-            self._db.ensure_seed()
+            if self.options.seed:
+                self._db.ensure_seed()
         return self._db.query(text, k=k)
 
     def passages(self, text: str, k: int) -> list[KBPassage]:
         if self._kb is None:
             from agent.knowledge.kb_index import KnowledgeBase
 
-            self._kb = KnowledgeBase(data_dir=data_dir(self.options), url=self.options.chroma_url)
+            self._kb = KnowledgeBase(data_dir=data_dir(self.options), url=self.options.chroma_url,
+                                     root=self.options.kb_dir)
             self._kb.ensure()
         return self._kb.query(text, k=k)
 

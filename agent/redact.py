@@ -8,7 +8,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-# Secrets first: they may contain things that look like hosts or IPs.
+# Secrets first: they may contain things that look like hosts or IPs. A pattern's `keep` group (the name of
+# the parameter) stays; the rest of the match is the secret.
 _SECRETS: list[tuple[str, re.Pattern[str]]] = [
     ("private-key", re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S)),
     ("secret", re.compile(r"\b(?:sk|rk)-(?:proj-)?[A-Za-z0-9_-]{16,}")),  # OpenAI-style keys
@@ -17,9 +18,9 @@ _SECRETS: list[tuple[str, re.Pattern[str]]] = [
     ("secret", re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}")),  # Slack tokens
     ("secret", re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")),  # AWS access key ids
     ("secret", re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")),  # JWTs
-    ("secret", re.compile(r"(?i)(?<=bearer )[A-Za-z0-9._~+/-]{12,}=*")),
-    ("secret", re.compile(r"(?i)(?<=[?&](?:sig|sv|token|key)=)[^&\s\"']{8,}")),  # SAS / signed URL parameters
-    ("secret", re.compile(r"(?i)(?<=(?:password|passwd|pwd|secret|token|api_key|apikey|access_key|auth)"
+    ("secret", re.compile(r"(?i)(?P<keep>\bbearer\s+)[A-Za-z0-9._~+/-]{12,}=*")),
+    ("secret", re.compile(r"(?i)(?P<keep>[?&](?:sig|sv|token|key)=)[^&\s\"']{8,}")),  # SAS / signed URLs
+    ("secret", re.compile(r"(?i)(?P<keep>\b\w*?(?:password|passwd|pwd|secret|token|api_?key|access_?key|auth|_key)"
                           r"[\"']?\s{0,3}[=:]\s{0,3}[\"']?)[^\s\"',;]{4,}")),
 ]
 _EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
@@ -31,9 +32,9 @@ _IPV6 = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{1,4}:){7}[0-9A-Fa-f]{1,4}(?![\w:])
 _FQDN = re.compile(r"(?i)\b(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+(?:com|net|org|io|ai|cloud|dev|internal|local|"
                    r"lan|corp|cluster|svc|intra|azure|amazonaws|googleapis|cn|de|uk|fr|jp)\b")
 # host names the way clusters name nodes (gpu-a17, node-12, worker3, ip-10-0-0-7) when written as such
-# (a hyphen is required: gpu0 / GPU5 are devices, not hosts; "<" skips placeholders already written)
-_NODE_NAME = re.compile(r"(?i)(?<![<\w-])(?:ip-\d+-\d+-\d+-\d+|(?:gpu|node|worker|compute|host|vm|dgx|hgx)-"
-                        r"[a-z]*\d+[a-z0-9-]*)\b")
+# (a hyphen is required: gpu0 / GPU5 are devices; GPU UUIDs stay for the provider; "<" skips placeholders)
+_NODE_NAME = re.compile(r"(?i)(?<![<\w-])(?!gpu-[0-9a-f]{8}-)(?:ip-\d+-\d+-\d+-\d+|"
+                        r"(?:gpu|node|worker|compute|host|vm|dgx|hgx)-[a-z0-9-]*\d[a-z0-9-]*)\b")
 
 
 class Redactor:
@@ -55,7 +56,7 @@ class Redactor:
 
     def text(self, value: str) -> str:
         for kind, pattern in _SECRETS:
-            value = pattern.sub(lambda m, k=kind: self._placeholder(k, m.group(0)), value)
+            value = pattern.sub(lambda m, k=kind: (m.groupdict().get("keep") or "") + self._placeholder(k, ""), value)
         value = _EMAIL.sub(lambda m: self._placeholder("email", m.group(0)), value)
         for name in self.hostnames:
             value = re.sub(rf"(?<![<\w-]){re.escape(name)}(?![\w-])", lambda m: self._placeholder("host", m.group(0)),

@@ -85,3 +85,37 @@ def sim_host_env(root: Path, faults: list[dict[str, Any]] | None = None, noise: 
 
 def fixture_text(*parts: str) -> str:
     return FIXTURES.joinpath(*parts).read_text()
+
+
+TINY_KB_DOC = """---
+title: Printer noise is not a GPU problem
+nodes: [OTHER.PLATFORM]
+sources: []
+---
+## Noises
+
+A printer that makes a noise when a spreadsheet opens is outside what GPU checks can see.
+
+- Check the printer queue.
+- Ask the provider if the VM has a printer attached at all.
+"""
+
+
+@pytest.fixture(scope="session")
+def tiny_kb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A one-doc KB: indexing the real one takes a minute of embedding on two cores."""
+    root = tmp_path_factory.mktemp("kb")
+    (root / "printer.md").write_text(TINY_KB_DOC, encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory: pytest.TempPathFactory, tiny_kb: Path) -> Path:
+    """The seed incident DB and the tiny KB's index, built once per test session."""
+    from agent.knowledge.incident_db import IncidentDB
+    from agent.knowledge.kb_index import KnowledgeBase
+
+    path = tmp_path_factory.mktemp("aidai-data")
+    IncidentDB(data_dir=path).ensure_seed()
+    KnowledgeBase(data_dir=path, root=tiny_kb).ensure()
+    return path

@@ -496,6 +496,7 @@ def _gguf() -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.llm_server
 @pytest.mark.timeout(600)
 def test_real_local_model_through_llama_cpp_server(tmp_path: Path) -> None:
     model = _gguf()

@@ -53,7 +53,8 @@ def priors(similar: list[PastIncident], extra: dict[str, float] | None = None) -
 
 
 def rank_children(reasoner: Reasoner, taxonomy: Taxonomy, summary: IncidentSummary, label: str,
-                  memory: list[Observation], prior: dict[str, float]) -> list[Choice]:
+                  memory: list[Observation], prior: dict[str, float], untested: set[str] | None = None) -> list[Choice]:
+    """`untested` (the widened pass): keep every child with a leaf not judged yet, whatever its rank."""
     children = [node_info(taxonomy, child.label) for child in taxonomy.children(label)]
     parent = node_info(taxonomy, label) if label else NodeInfo(label="", description="all incidents")
     ranked = reasoner.rank_children(summary, parent, children, memory, prior)
@@ -61,4 +62,8 @@ def rank_children(reasoner: Reasoner, taxonomy: Taxonomy, summary: IncidentSumma
     # a reasoner must answer about exactly the offered children; anything else is dropped
     seen: set[str] = set()
     clean = [c for c in ranked if c.label in offered and not (c.label in seen or seen.add(c.label))]
-    return clean + [Choice(label=lb, score=0.0, keep=False, why="not ranked") for lb in offered - seen]
+    clean += [Choice(label=lb, score=0.0, keep=False, why="not ranked") for lb in sorted(offered - seen)]
+    if untested is None:
+        return clean
+    return [c.model_copy(update={"keep": True, "why": f"{c.why}; widened search"})
+            if not c.keep and any(leaf.label in untested for leaf in taxonomy.leaves(c.label)) else c for c in clean]

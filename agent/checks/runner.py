@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -35,6 +36,7 @@ class CheckRunner:
         self.workers = max(1, workers)
         self.on_result = on_result
         self.cache: dict[tuple[str, str], CheckResult] = {}
+        self.wall_s = 0.0  # time spent waiting for checks (they run in parallel, so less than the sum)
 
     def passive_ids(self, include_active: bool = False) -> list[str]:
         return [c.id for c in self.manifest.checks if c.tier == "passive" or include_active]
@@ -56,10 +58,12 @@ class CheckRunner:
                 todo.append((name, spec))
         # approvals are asked here, one at a time, before anything runs in parallel
         approved = {(n, s.id): not s.needs_approval or self._approved(s, n) for n, s in todo}
+        began = time.perf_counter()
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             runs = pool.map(lambda job: self._run_one(*job, approved[(job[0], job[1].id)]), todo)
             for (name, spec), result in zip(todo, runs, strict=True):
                 results[(name, spec.id)] = result
+        self.wall_s += time.perf_counter() - began
         self._compare_across_hosts(specs, names, results)
         for key in ((n, s.id) for n, s in todo):
             self.cache[key] = results[key]

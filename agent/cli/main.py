@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from agent.cli import checks_cmd, demo_cmd, kb_cmd, sim_cmd, taxonomy_cmd
+from agent.cli import chat_cmd, checks_cmd, demo_cmd, diagnose_cmd, kb_cmd, sim_cmd, taxonomy_cmd
 
 app = typer.Typer(help="aidai: diagnosis assistant for AI workload incidents on GPU machines.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -12,6 +12,8 @@ app.add_typer(checks_cmd.app, name="checks")
 app.add_typer(kb_cmd.app, name="kb")
 app.add_typer(sim_cmd.app, name="sim")
 app.add_typer(taxonomy_cmd.app, name="taxonomy")
+app.command("diagnose")(diagnose_cmd.diagnose)
+app.command("chat")(chat_cmd.chat)
 app.command("demo")(demo_cmd.demo)
 
 if __name__ == "__main__":

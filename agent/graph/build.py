@@ -3,6 +3,7 @@
 summarize → pretriage → historical (pipeline 1) ─confirmed→ conclude
                                    └→ dfs_init → dfs (pipeline 2, one step per super-step, explicit stack)
                                         ─confirmed→ conclude
+                                        └→ widen (once: every branch with an untested leaf) → dfs_init
                                         └→ explore (pipeline 3) → feedback ─answer→ summarize again → dfs_init
                                                                            └→ conclude (escalate)
 
@@ -82,6 +83,10 @@ class DiagnosisGraph:
         runner.approve = lambda spec, host: approvals.get(spec.id, False)
         self.t.emit({"type": "checks", "node": label, "checks": checks})
         results = execution.run_checks(runner, checks)
+        for result in results:
+            self.t.emit({"type": "result", "node": label, "check": result.check, "host": result.host,
+                         "verdict": result.verdict.value, "summary": result.summary, "cached": result.cached,
+                         "duration_s": result.duration_s})
         stored = dict(state.get("results", {}))
         stored.update({result_key(r): dump_result(r) for r in results})
         return results, {"results": stored, "approvals": approvals}
@@ -182,8 +187,12 @@ class DiagnosisGraph:
             return {**update, "stack": stack, "memory": memory[:frame["mark"]],
                     "judgements": [j.model_dump(mode="json") for j in judgements],
                     "path": self._trace(state, 2, label, judgement.status, judgement.why)}
+        untested = None
+        if state.get("widened"):
+            judged = {j["label"] for j in state.get("judgements", [])}
+            untested = {leaf.label for leaf in self.t.taxonomy.leaves(label)} - judged
         ranked = planning.rank_children(self.t.reasoner, self.t.taxonomy, self._summary(state), label,
-                                        load_memory(merged), state.get("priors", {}))  # type: ignore[arg-type]
+                                        load_memory(merged), state.get("priors", {}), untested)  # type: ignore[arg-type]
         kept = [c.label for c in ranked if c.keep]
         self.t.emit({"type": "rank", "node": label or "ROOT", "ranked": [c.model_dump() for c in ranked]})
         detail = "; ".join(f"{c.label.rsplit('.', 1)[-1]} {c.score:.2f}{'' if c.keep else ' (pruned)'}"
@@ -195,6 +204,12 @@ class DiagnosisGraph:
             return {**update, "stack": stack, "memory": memory[:frame["mark"]], "path": path}
         frame.update({"phase": "children", "children": kept, "next": 0})
         return {**update, "stack": stack, "memory": memory, "path": path}
+
+    def widen(self, state: DiagnosisState) -> dict[str, Any]:
+        """The focused walk confirmed nothing: walk again visiting every branch with an untested leaf (passive
+        checks are read-only and cached, so this costs only the checks not run yet)."""
+        self.t.emit({"type": "widen"})
+        return {"widened": True, "path": self._trace(state, 2, "", "widen", "nothing confirmed: every branch")}
 
     def explore(self, state: DiagnosisState) -> dict[str, Any]:
         summary = self._summary(state)
@@ -212,7 +227,7 @@ class DiagnosisGraph:
         rounds = state.get("feedback_rounds", 0) + 1
         if not text:
             return {"feedback_rounds": rounds}
-        return {"feedback": [*state.get("feedback", []), text], "feedback_rounds": rounds,
+        return {"feedback": [*state.get("feedback", []), text], "feedback_rounds": rounds, "widened": False,
                 "path": self._trace(state, 3, "", "feedback", text[:200])}
 
     def conclude(self, state: DiagnosisState) -> dict[str, Any]:
@@ -234,8 +249,9 @@ class DiagnosisGraph:
     def after_dfs(state: DiagnosisState) -> str:
         if state["stack"]:
             return "dfs"
-        confirmed = any(j["status"] == "confirmed" for j in state.get("judgements", []))
-        return "conclude" if confirmed else "explore"
+        if any(j["status"] == "confirmed" for j in state.get("judgements", [])):
+            return "conclude"
+        return "explore" if state.get("widened") else "widen"
 
     def after_explore(self, state: DiagnosisState) -> str:
         return "feedback" if state.get("feedback_rounds", 0) < self.t.max_feedback_rounds else "conclude"
@@ -247,7 +263,8 @@ class DiagnosisGraph:
 
     def build(self, checkpointer: Any = None):  # type: ignore[no-untyped-def]
         graph = StateGraph(DiagnosisState)
-        for name in ("summarize", "pretriage", "historical", "dfs_init", "dfs", "explore", "feedback", "conclude"):
+        for name in ("summarize", "pretriage", "historical", "dfs_init", "dfs", "widen", "explore", "feedback",
+                     "conclude"):
             graph.add_node(name, getattr(self, name))
         graph.add_node("summarize_again", self.summarize)
         graph.add_edge(START, "summarize")
@@ -255,7 +272,8 @@ class DiagnosisGraph:
         graph.add_edge("pretriage", "historical")
         graph.add_conditional_edges("historical", self.after_historical, ["conclude", "dfs_init"])
         graph.add_edge("dfs_init", "dfs")
-        graph.add_conditional_edges("dfs", self.after_dfs, ["dfs", "conclude", "explore"])
+        graph.add_conditional_edges("dfs", self.after_dfs, ["dfs", "conclude", "widen", "explore"])
+        graph.add_edge("widen", "dfs_init")
         graph.add_conditional_edges("explore", self.after_explore, ["feedback", "conclude"])
         graph.add_conditional_edges("feedback", self.after_feedback, ["summarize_again", "conclude"])
         graph.add_edge("summarize_again", "dfs_init")

@@ -31,6 +31,7 @@ class DiagnosisState(TypedDict, total=False):
     results: dict[str, dict[str, Any]]  # "host|check" -> CheckResult: everything run, for resume and ticket
     memory: list[dict[str, Any]]  # Observations the planner sees (branch-scoped during the DFS)
     stack: list[Frame]
+    widened: bool  # the second DFS pass that visits every branch with an untested leaf
     judgements: list[dict[str, Any]]  # every leaf tested, in order
     path: list[dict[str, Any]]  # {pipeline, node, action, detail}: the DFS trace for the report
     approvals: dict[str, bool]  # check id -> the user's answer for active/intrusive checks

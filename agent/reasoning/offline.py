@@ -81,7 +81,8 @@ class OfflineReasoner:
 
     # ---- Reasoner -----------------------------------------------------------------------------------------
     def summarize(self, incident: Incident) -> IncidentSummary:
-        text = incident.text
+        # the environment (SKU, driver, OFED/HPC-X, PSU ...) is evidence too: signatures may match it
+        text = f"{incident.text}\n[environment] {incident.environment}" if incident.environment else incident.text
         lines = text_signals.key_lines(text, self._all_patterns)
         query = "\n".join([*lines, text[:600]]) if lines else text[:1500]
         return IncidentSummary(title=text_signals.title(text, lines), key_lines=lines,
@@ -130,8 +131,11 @@ class OfflineReasoner:
                       results: list[CheckResult]) -> LeafJudgement:
         fit = self.text_fit(summary, leaf.label)
         sim = self.similarity(summary, [leaf.label])[leaf.label]
+        # independent checks that agree make a cause more certain than one check's findings
+        corroboration = len({entry.partition(":")[0] for entry in evidence.matched if entry.endswith("(FAIL)")})
         if evidence.strength == "strong":
-            status, confidence, why = "confirmed", 0.75 + 0.1 * fit + 0.15 * max(sim, 0.0), "checks confirm it"
+            confidence = 0.6 + 0.05 * min(corroboration, 3) + 0.1 * fit + 0.15 * max(sim, 0.0)
+            status, why = "confirmed", "checks confirm it"
         elif evidence.strength == "weak" and fit:
             status, confidence, why = "confirmed", 0.5 + 0.1 * max(sim, 0.0), "weak check evidence matching the text"
         elif evidence.strength == "weak":

@@ -1,0 +1,352 @@
+"""What the faces (`diagnose`, `chat`, `demo`) show of a diagnosis: live progress from the graph's events, the
+final report panel, and the prompts that answer the graph's interrupts. No diagnosis logic lives here."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console, Group, RenderableType
+from rich.markup import escape
+from rich.padding import Padding
+from rich.panel import Panel
+from rich.prompt import Confirm
+from rich.status import Status
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from agent.report import Report
+
+VERDICT_STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "UNKNOWN": "magenta"}
+VERDICT_ICON = {"PASS": "✓", "WARN": "!", "FAIL": "✗", "UNKNOWN": "?"}
+STEP_MARK = {"confirmed": "✔", "rejected": "✘", "inconclusive": "?", "early_stop": "⊘"}
+PIPELINES = {1: "pipeline 1: a similar past incident", 2: "pipeline 2: taxonomy search",
+             3: "pipeline 3: exploration with your feedback"}
+MAX_PATH_TOKENS = 40
+MAX_STEP_CHARS = 240
+
+
+def _short(label: str) -> str:
+    return label.rsplit(".", 1)[-1] if label else "ROOT"
+
+
+def _clip(text: str, limit: int = MAX_STEP_CHARS) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class ProgressView:
+    """The graph's `emit` callback: one printed line per thing that happened, a spinner for what runs now.
+
+    Use as a context manager around the run; `paused()` stops the spinner while a prompt waits for the user.
+    A rendering problem is shown as a dim line and never breaks the diagnosis.
+    """
+
+    def __init__(self, console: Console):
+        self.console = console
+        self.depth = 1
+        self.pipeline = 1
+        self._status: Status | None = None
+        self._active = False
+        self._began = time.perf_counter()
+
+    # ---- spinner ------------------------------------------------------------------------------------------
+    def __enter__(self) -> ProgressView:
+        self._status = self.console.status("summarizing the incident", spinner="dots")
+        self._status.start()
+        self._active = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._status is not None:
+            self._status.stop()
+        self._active = False
+
+    def set(self, text: str) -> None:
+        if self._status is not None:
+            self._status.update(escape(text))
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        running = self._active and self._status is not None
+        if running:
+            self._status.stop()  # type: ignore[union-attr]
+            self._active = False
+        try:
+            yield
+        finally:
+            if running:
+                self._status.start()  # type: ignore[union-attr]
+                self._active = True
+
+    def line(self, markup: str) -> None:
+        self.console.print(markup, highlight=False, soft_wrap=True)  # one line each, the terminal wraps
+
+    # ---- events -------------------------------------------------------------------------------------------
+    def __call__(self, event: dict[str, Any]) -> None:
+        try:
+            handler = getattr(self, f"_on_{event.get('type')}", None)
+            if handler is not None:
+                handler(event)
+        except Exception as exc:  # the display must never stop a diagnosis
+            self.line(f"[dim](progress display: {escape(type(exc).__name__)}: {escape(str(exc))})[/]")
+
+    def _indent(self, extra: int = 0) -> str:
+        return "  " * (self.depth + extra)
+
+    def _on_summary(self, e: dict[str, Any]) -> None:
+        self.line(f"[bold]incident[/]: {escape(_clip(e.get('title', ''), 160))}")
+        entities = e.get("entities") or {}
+        named = [f"{k} {', '.join(map(str, v))}" for k, v in entities.items() if v and k != "versions"]
+        if named:
+            self.line(f"[dim]  seen in the text: {escape('; '.join(named))}[/]")
+        self.set("searching similar past incidents (the first search loads the embedding model)")
+
+    def _on_pretriage(self, e: dict[str, Any]) -> None:
+        self.line(f"pre-triage: {len(e.get('results', []))} finding(s) from the attachments")
+
+    def _on_history(self, e: dict[str, Any]) -> None:
+        similar = e.get("similar", [])
+        if similar:
+            best: dict[str, float] = {}
+            for p in similar:
+                best[p["label"]] = max(best.get(p["label"], 0.0), float(p["score"]))
+            top = ", ".join(f"{escape(label)} {score:.2f}" for label, score in list(best.items())[:3])
+            self.line(f"[bold]pipeline 1[/] similar past incidents: {top}")
+        else:
+            self.line("[bold]pipeline 1[/] no similar past incident")
+        self.pipeline, self.depth = 1, 1
+        self.set("testing what similar past incidents had")
+
+    def _on_hypothesis(self, e: dict[str, Any]) -> None:
+        if self.pipeline != 2:
+            self.pipeline = 2
+            self.line("[bold]pipeline 2[/] taxonomy search (depth first)")
+        self.depth = int(e.get("depth", 1))
+        self.line(f"{self._indent()}[cyan]▸ {escape(e['node'])}[/]")
+        self.set(f"pipeline 2: {e['node']}")
+
+    def _on_rank(self, e: dict[str, Any]) -> None:
+        node = e.get("node", "ROOT")
+        if node == "ROOT":
+            if self.pipeline != 2:
+                self.pipeline = 2
+                self.line("[bold]pipeline 2[/] taxonomy search (depth first)")
+            self.depth = 0
+        ranked = e.get("ranked", [])
+        kept = [r for r in ranked if r.get("keep")]
+        pruned = len(ranked) - len(kept)
+        if kept:
+            order = ", ".join(f"{escape(_short(r['label']))} {r['score']:.2f}" for r in kept)
+            self.line(f"{self._indent(1)}[dim]next: {order}{f' ({pruned} pruned)' if pruned else ''}[/]")
+        else:
+            self.line(f"{self._indent(1)}[dim]⊘ no child of {escape(_short(node))} is relevant: back up[/]")
+        self.set("choosing the next hypothesis")
+
+    def _on_checks(self, e: dict[str, Any]) -> None:
+        if self.pipeline == 1:
+            self.line(f"{self._indent()}[cyan]▸ {escape(e['node'])}[/] [dim](from history)[/]")
+        checks = e.get("checks", [])
+        if checks:
+            self.set(f"{_short(e['node'])}: running {', '.join(checks)}")
+
+    def _on_result(self, e: dict[str, Any]) -> None:
+        if e.get("cached"):
+            return
+        verdict = str(e.get("verdict", "UNKNOWN"))
+        style = VERDICT_STYLE.get(verdict, "")
+        self.line(f"{self._indent(1)}[{style}]{VERDICT_ICON.get(verdict, '?')} {verdict:<7}[/] "
+                  f"{escape(e['check'])}@{escape(e['host'])}: {escape(_clip(e.get('summary', ''), 160))} "
+                  f"[dim]{float(e.get('duration_s', 0)):.1f}s[/]")
+
+    def _on_judgement(self, e: dict[str, Any]) -> None:
+        status, label = e.get("status"), escape(e.get("label", ""))
+        if status == "confirmed":
+            self.line(f"{self._indent(1)}[bold green]✔ confirmed[/] [bold]{label}[/] "
+                      f"({float(e.get('confidence', 0)):.2f}): {escape(_clip(e.get('why', ''), 200))}")
+        elif status == "inconclusive":
+            self.line(f"{self._indent(1)}[yellow]? inconclusive[/] {label}: {escape(_clip(e.get('why', ''), 160))}")
+        else:
+            self.line(f"{self._indent(1)}[red]✘ rejected[/] [dim]{label}[/]")
+        self.set("choosing the next hypothesis")
+
+    def _on_exploration(self, e: dict[str, Any]) -> None:
+        n = len(e.get("hypotheses", []))
+        self.line(f"[bold]pipeline 3[/] no check confirmed a cause; {n} suggestion(s) from the knowledge base")
+        self.set("concluding")
+
+    def _on_conclusion(self, e: dict[str, Any]) -> None:
+        took = time.perf_counter() - self._began
+        if e.get("resolved"):
+            labels = ", ".join(escape(c.get("label", "")) for c in e.get("root_causes", []))
+            self.line(f"[bold green]resolved[/] in {took:.1f} s: {labels}")
+        else:
+            self.line(f"[bold yellow]unresolved[/] after {took:.1f} s: escalate")
+
+
+# ---- prompts ----------------------------------------------------------------------------------------------
+def confirm(console: Console, question: str, default: bool = False) -> bool:
+    try:
+        return Confirm.ask(question, console=console, default=default)
+    except EOFError:
+        return default
+
+
+def read_lines(console: Console, prompt: str) -> str:
+    """Lines until an empty one (or end of input); the prompt is shown once."""
+    console.print(prompt, highlight=False)
+    lines: list[str] = []
+    while True:
+        try:
+            line = console.input("[dim]>[/] ")
+        except EOFError:
+            break
+        if not line.strip():
+            break
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def ask_approval(console: Console, payload: dict[str, Any]) -> dict[str, bool]:
+    console.print(f"[yellow]{escape(payload.get('node', ''))}[/] needs checks that load the GPUs or the network:")
+    answers = {}
+    for check in payload.get("checks", []):
+        answers[check["id"]] = confirm(
+            console, f"  run [bold]{escape(check['id'])}[/] ({escape(check.get('tier', 'active'))}, about "
+                     f"{float(check.get('expected_cost_s', 0)):.0f} s): {escape(check.get('description', ''))}?")
+    return answers
+
+
+def print_suggestions(console: Console, hypotheses: list[dict[str, Any]], max_steps: int = 4) -> None:
+    for i, h in enumerate(hypotheses, 1):
+        console.print(f"[bold]{i}. {escape(h.get('title', ''))}[/]", highlight=False)
+        if h.get("why"):
+            console.print(f"   [dim]{escape(_clip(h['why']))}[/]", highlight=False)
+        for step in h.get("steps", [])[:max_steps]:
+            console.print(f"   - {escape(_clip(step))}", highlight=False)
+
+
+def ask_feedback(console: Console, payload: dict[str, Any]) -> str:
+    hypotheses = payload.get("hypotheses", [])
+    if hypotheses:
+        console.print("[bold]No check confirmed a cause. Things worth looking at:[/]")
+        print_suggestions(console, hypotheses)
+    return read_lines(console, f"[bold]{escape(payload.get('question', 'What else do you see?'))}[/]")
+
+
+Answer = Callable[[dict[str, Any]], Any]
+
+
+def make_answer(view: ProgressView | None, console: Console, *, interactive: bool, approve_all: bool = False,
+                before: Callable[[], None] | None = None) -> Answer:
+    """The `answer` callback for Diagnoser.run/resume: prompts when interactive, else the fixed policy
+    (approvals: approve_all; feedback: none, which escalates)."""
+
+    def answer(payload: dict[str, Any]) -> Any:
+        with view.paused() if view is not None else _nothing():
+            if before is not None:
+                before()
+            kind = payload.get("kind")
+            if kind == "approval":
+                if interactive:
+                    return ask_approval(console, payload)
+                return {c["id"]: approve_all for c in payload.get("checks", [])}
+            if kind == "feedback":
+                return ask_feedback(console, payload) if interactive else ""
+            return None
+
+    return answer
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
+# ---- the report -------------------------------------------------------------------------------------------
+def compact_path(report: Report) -> str:
+    """`p1 UNCORRECTABLE_ECC ✔ · FALLEN_OFF_BUS ✘ | p2 GPU › MEMORY ⊘ …`: the walk, one token per node."""
+    tokens: list[tuple[int, str, str]] = []  # (pipeline, node, text)
+    for step in report.path:
+        if step.action in ("rank", "start"):
+            continue
+        mark = STEP_MARK.get(step.action)
+        if mark and tokens and tokens[-1][1] == step.node and tokens[-1][0] == step.pipeline:
+            pipeline, node, text = tokens.pop()
+            tokens.append((pipeline, node, f"{text} {mark}"))
+        elif step.action in ("explore", "feedback"):
+            tokens.append((step.pipeline, step.action, step.action))
+        else:
+            tokens.append((step.pipeline, step.node, f"{_short(step.node)}{' ' + mark if mark else ''}"))
+    more = len(tokens) - MAX_PATH_TOKENS
+    tokens = tokens[:MAX_PATH_TOKENS]
+    out: list[str] = []
+    last = None
+    for pipeline, _, text in tokens:
+        if pipeline != last:
+            out.append(f"{'| ' if out else ''}p{pipeline} {text}")
+            last = pipeline
+        else:
+            out.append(f"› {text}")
+    return " ".join(out) + (f" … (+{more} more)" if more > 0 else "") if out else "(no step)"
+
+
+def _grid(rows: list[tuple[str, str]], indent: int = 0) -> RenderableType:
+    """Key/value lines with a hanging indent: long values wrap under themselves, not under the key."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for key, value in rows:
+        grid.add_row(key, Text.from_markup(value))
+    return Padding(grid, (0, 0, 0, indent)) if indent else grid
+
+
+def report_panel(report: Report, *, resume_hint: str = "") -> Panel:
+    parts: list[RenderableType] = []
+    if report.resolved:
+        head = f"[bold green]RESOLVED[/] by {PIPELINES.get(report.pipeline, f'pipeline {report.pipeline}')}"
+    else:
+        head = "[bold yellow]UNRESOLVED[/]: no root cause confirmed; escalate to the provider"
+    parts.append(Text.from_markup(head))
+    if report.title:
+        parts.append(_grid([("incident", escape(_clip(report.title, 200)))]))
+    for i, cause in enumerate(report.root_causes, 1):
+        severity = f", {escape(cause.severity)}" if cause.severity else ""
+        parts.append(Text.from_markup(f"\n[bold]{i}. {escape(cause.label)}[/]  confidence {cause.confidence:.2f}"
+                                      f"{severity}"))
+        rows = [("evidence", escape(line)) for line in cause.evidence] or [("why", escape(cause.why))]
+        if cause.runbook:
+            rows.append(("fix", escape(_clip(cause.runbook, 400))))
+        parts.append(_grid(rows, indent=3))
+    if not report.resolved:
+        if report.explanation:
+            parts.append(Text(report.explanation))
+        if report.exploration:
+            parts.append(Text.from_markup("\n[bold]worth looking at next[/]"))
+            for h in report.exploration[:4]:
+                parts.append(Text.from_markup(f" • {escape(_clip(h.title, 160))}"))
+                if h.steps:
+                    parts.append(_grid([("-", escape(_clip(s, 160))) for s in h.steps[:3]], indent=3))
+    waiting = sorted({r.check for r in report.results
+                      if r.verdict.value == "UNKNOWN" and "approval" in f"{r.reason} {r.summary}"})
+    fallbacks = f", {report.llm_fallbacks} fallback(s)" if report.llm_fallbacks else ""
+    rows = [("path", escape(compact_path(report))),
+            ("checks", f"{report.checks_run} run, {report.check_seconds:.1f} s of check time; "
+                       f"wall {report.wall_s:.1f} s"),
+            ("LLM", f"{escape(report.reasoner)}: {report.llm_calls} call(s), {report.tokens} tokens{fallbacks}")]
+    if waiting:
+        rows.append(("not run", f"[magenta]{escape(', '.join(waiting))}[/] (approval required: allow with "
+                                "--approve-active or --ask)"))
+    rows.append(("run", escape(report.run_id)))
+    if resume_hint:
+        rows.append(("resume", escape(resume_hint)))
+    parts += [Text(""), _grid(rows)]
+    return Panel(Group(*parts), title="aidai diagnosis", border_style="green" if report.resolved else "yellow",
+                 expand=True)
+
+
+def resume_command(run_id: str, data_dir: str | None) -> str:
+    return f"aidai diagnose --resume {run_id}" + (f" --data-dir {data_dir}" if data_dir else "")

@@ -1,0 +1,146 @@
+"""`aidai diagnose` and `aidai chat` end to end on simulated hosts, through Typer's CliRunner.
+
+One session-scoped data dir holds the seed incident DB and the KB index (built once); the embedding model loads
+once per process. Each diagnosis takes a few seconds on a simulated host.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.cli.main import app
+from agent.paths import KNOWLEDGE_DIR
+from agent.sim.scenario import create_scenario, find_record, scenario_from_record
+
+EXAMPLES = KNOWLEDGE_DIR / "examples" / "demo_incidents.jsonl"
+CONTRACT_KEYS = {"resolved", "pipeline", "root_causes", "path", "checks_run", "check_seconds", "llm_calls", "tokens",
+                 "run_id", "details"}
+NOTHING_TEXT = "my printer makes a weird noise whenever I open the quarterly spreadsheet"
+
+# one KB doc of our own: the repo's KB is large to embed and may be edited while the tests run
+
+runner = CliRunner(env={"COLUMNS": "200"})
+
+
+@pytest.fixture(scope="session")
+def ecc_host(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    root = tmp_path_factory.mktemp("sim") / "ecc"
+    scenario = scenario_from_record(root, EXAMPLES, "demo-ecc")
+    return scenario.root, find_record(EXAMPLES, "demo-ecc")
+
+
+@pytest.fixture(scope="session")
+def healthy_host(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return create_scenario(tmp_path_factory.mktemp("sim") / "healthy").root  # no faults, no noise
+
+
+def _diagnose(*args: str, data: Path, stdin: str | None = None):
+    return runner.invoke(app, ["diagnose", *args, "--data-dir", str(data)], input=stdin)
+
+
+def test_diagnose_json_ecc_contract_and_resume(ecc_host: tuple[Path, dict], data_dir: Path) -> None:
+    root, record = ecc_host
+    result = _diagnose(record["description"], "--environment", record["environment"], "--host", f"sim:{root}",
+                       "--json", data=data_dir)
+    assert result.exit_code == 0, result.output
+    contract = json.loads(result.stdout)  # stdout carries only the JSON; progress went to stderr
+    assert set(contract) == CONTRACT_KEYS
+    assert contract["resolved"] is True
+    assert contract["root_causes"][0]["label"] == "GPU.MEMORY.UNCORRECTABLE_ECC"
+    assert contract["root_causes"][0]["evidence"]
+    assert contract["checks_run"] > 0
+    assert "confirmed" in result.stderr
+
+    again = _diagnose("--resume", contract["run_id"], "--json", data=data_dir)  # a finished run: shown again
+    assert again.exit_code == 0, again.output
+    shown = json.loads(again.stdout)
+    assert shown["run_id"] == contract["run_id"]
+    assert shown["root_causes"][0]["label"] == "GPU.MEMORY.UNCORRECTABLE_ECC"
+
+
+def test_diagnose_ticket_and_report(ecc_host: tuple[Path, dict], data_dir: Path, tmp_path: Path) -> None:
+    root, record = ecc_host
+    result = _diagnose(record["description"], "--host", f"sim:{root}", "--ticket", str(tmp_path / "ticket"),
+                       data=data_dir)
+    assert result.exit_code == 0, result.output
+    assert "RESOLVED" in result.stdout and "GPU.MEMORY.UNCORRECTABLE_ECC" in result.stdout
+    assert "dcgm_diag" in result.stdout  # the active check not run without approval
+    md, js = tmp_path / "ticket.md", tmp_path / "ticket.json"
+    assert md.is_file() and js.is_file()
+    assert "GPU.MEMORY.UNCORRECTABLE_ECC" in md.read_text()
+    data = json.loads(js.read_text())
+    assert data["status"] == "resolved"
+    unknown = [c for c in data["checks"] if c["check"] == "dcgm_diag"]
+    assert unknown and unknown[0]["verdict"] == "UNKNOWN"
+
+
+def test_diagnose_text_from_file_and_stdin_errors(data_dir: Path, tmp_path: Path) -> None:
+    missing = _diagnose("--file", str(tmp_path / "nope.log"), "--host", "local", data=data_dir)
+    assert missing.exit_code == 2
+    assert "nope.log" in missing.output and "Traceback" not in missing.output
+    huge = tmp_path / "huge.log"
+    huge.write_bytes(b"x" * (9 * 2**20))
+    too_big = _diagnose("--file", str(huge), data=data_dir)
+    assert too_big.exit_code == 2 and "MiB" in too_big.output
+    empty_stdin = _diagnose("-", data=data_dir, stdin="   \n")
+    assert empty_stdin.exit_code == 2 and "empty" in empty_stdin.output
+
+
+def test_diagnose_empty_text_is_bad_input(data_dir: Path) -> None:
+    result = _diagnose("   ", data=data_dir)
+    assert result.exit_code == 2
+    assert "incident text is empty" in result.output
+    assert "Traceback" not in result.output
+    nothing = _diagnose(data=data_dir)
+    assert nothing.exit_code == 2 and "no incident given" in nothing.output
+
+
+def test_diagnose_bad_host_and_flags(data_dir: Path, tmp_path: Path) -> None:
+    bad = _diagnose("NCCL timeout", "--host", "bogus:thing", data=data_dir)
+    assert bad.exit_code == 2
+    assert "unknown host spec" in bad.output
+    no_sim = _diagnose("NCCL timeout", "--host", f"sim:{tmp_path / 'none'}", data=data_dir)
+    assert no_sim.exit_code == 2 and "not a simulated scenario" in no_sim.output
+    both = _diagnose("NCCL timeout", "--approve-active", "--ask", data=data_dir)
+    assert both.exit_code == 2 and "exclude each other" in both.output
+    llm = _diagnose("NCCL timeout", "--llm", "openai", data=data_dir)
+    assert llm.exit_code == 2 and "--model" in llm.output
+
+
+def test_resume_unknown_run(data_dir: Path) -> None:
+    result = _diagnose("--resume", "20000101-000000-nope00", data=data_dir)
+    assert result.exit_code == 2
+    assert "no run" in result.output and "Traceback" not in result.output
+
+
+def test_chat_unmatched_incident_asks_then_escalates(healthy_host: Path, data_dir: Path, tmp_path: Path,
+                                                     tiny_kb: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent.knowledge import kb_index
+
+    monkeypatch.setattr(kb_index, "KB_DIR", tiny_kb)  # the diagnosis's KB: the one the fixture indexed
+    monkeypatch.chdir(tmp_path)
+    # incident (one line, then the empty line ending it), environment (skipped), then the feedback question:
+    # answered empty, which escalates; spare empty lines answer any approval prompt with its default (no).
+    script = f"{NOTHING_TEXT}\n\n\n" + "\n" * 6
+    result = runner.invoke(app, ["chat", "--host", f"sim:{healthy_host}", "--data-dir", str(data_dir)], input=script)
+    assert result.exit_code == 1, result.output
+    assert "What happened?" in result.output
+    assert "What else do you see" in result.output  # the feedback interrupt was asked
+    assert "UNRESOLVED" in result.output
+    tickets = sorted(tmp_path.glob("aidai-ticket-*.md"))
+    assert len(tickets) == 1, result.output
+    data = json.loads(tickets[0].with_suffix(".json").read_text())
+    assert data["status"] == "escalated"
+    assert data["incident"].startswith("my printer")
+    assert data["root_causes"] == []
+    assert any("Printer noise" in step["title"] for step in data["next_steps"])  # pipeline 3 used the KB
+
+
+def test_chat_empty_incident_is_bad_input(data_dir: Path) -> None:
+    result = runner.invoke(app, ["chat", "--host", "local", "--data-dir", str(data_dir)], input="\n")
+    assert result.exit_code == 2
+    assert "empty" in result.output

@@ -1,0 +1,132 @@
+"""The shipped knowledge: the markdown KB under knowledge/kb (pipeline 3) and the seed incident DB.
+
+Content checks only: the files are parsed the way the indexer parses them, but nothing is embedded and no
+store is opened, so these tests stay fast and need no model.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from agent.knowledge.incident_db import SEED_PATH, read_jsonl
+from agent.knowledge.kb_index import KB_DIR, Passage, kb_files, split_doc, split_front_matter
+from agent.taxonomy import Taxonomy, load_taxonomy
+
+MAX_PASSAGE_CHARS = 2000  # the indexer cuts at ~1500 where it can; nothing the KB ships should exceed this
+URL = re.compile(r"^https?://\S+$")
+AREAS = {"gpu", "system_software", "interconnect", "framework", "user_application", "other", "system_facts",
+         "known_bad_versions", "general"}
+STEP_LINE = re.compile(r"^\s*(?:[-*]|\d+[.)])\s+\S")  # what the offline reasoner turns into exploration steps
+
+DOCS = kb_files(KB_DIR)
+
+
+def _doc_id(path: Path) -> str:
+    return path.relative_to(KB_DIR).as_posix()
+
+
+@pytest.fixture(scope="module")
+def tax() -> Taxonomy:
+    return load_taxonomy()
+
+
+@pytest.fixture(scope="module")
+def parsed() -> dict[str, tuple[dict, list[Passage]]]:
+    out: dict[str, tuple[dict, list[Passage]]] = {}
+    for path in DOCS:
+        text = path.read_text(encoding="utf-8")
+        meta, _ = split_front_matter(text)
+        passages, problems = split_doc(_doc_id(path), text)
+        assert not problems, problems
+        out[_doc_id(path)] = (meta or {}, passages)
+    return out
+
+
+def test_kb_has_docs_in_every_area() -> None:
+    assert len(DOCS) >= 25
+    areas = {path.relative_to(KB_DIR).parts[0] for path in DOCS}
+    assert areas == AREAS, f"unexpected or missing areas: {areas ^ AREAS}"
+    assert all(len(path.relative_to(KB_DIR).parts) == 2 for path in DOCS), "docs live in knowledge/kb/<area>/"
+
+
+@pytest.mark.parametrize("path", DOCS, ids=_doc_id)
+def test_doc_is_well_formed(path: Path, tax: Taxonomy) -> None:
+    text = path.read_text(encoding="utf-8")
+    meta, body = split_front_matter(text)
+    assert meta is not None, "no YAML front matter"
+    assert set(meta) <= {"title", "nodes", "sources"}, f"unknown front matter keys: {set(meta)}"
+    assert isinstance(meta.get("title"), str) and meta["title"].strip()
+    nodes, sources = meta.get("nodes"), meta.get("sources")
+    assert isinstance(nodes, list) and nodes, "nodes: a non-empty list of taxonomy labels"
+    assert isinstance(sources, list) and sources, "sources: a non-empty list of URLs"
+    labels = set(tax.labels())
+    unknown = [n for n in nodes if n not in labels]
+    assert not unknown, f"not taxonomy labels (spell them exactly): {unknown}"
+    assert len(set(nodes)) == len(nodes), "duplicate nodes"
+    bad_urls = [s for s in sources if not isinstance(s, str) or not URL.match(s)]
+    assert not bad_urls, f"sources must be http(s) URLs: {bad_urls}"
+    passages, problems = split_doc(_doc_id(path), text)
+    assert not problems, problems
+    assert len(passages) >= 2, "a doc should have at least an overview and one `##` section"
+    assert "##" in body
+
+
+@pytest.mark.parametrize("path", DOCS, ids=_doc_id)
+def test_passages_are_bounded_and_actionable(path: Path) -> None:
+    passages, _ = split_doc(_doc_id(path), path.read_text(encoding="utf-8"))
+    long = [(p.heading, len(p.text)) for p in passages if len(p.text) > MAX_PASSAGE_CHARS]
+    assert not long, f"passages over {MAX_PASSAGE_CHARS} chars: {long}"
+    headings = re.findall(r"^##\s+(.+?)\s*$", path.read_text(encoding="utf-8"), flags=re.MULTILINE)
+    assert len(headings) == len(set(headings)), f"duplicate `##` headings: {headings}"
+    steps = sum(1 for p in passages for line in p.body.splitlines() if STEP_LINE.match(line))
+    assert steps >= 5, "give the reasoner concrete bullet steps"
+
+
+def test_titles_are_unique(parsed: dict[str, tuple[dict, list[Passage]]]) -> None:
+    titles = Counter(meta["title"] for meta, _ in parsed.values())
+    assert not [t for t, n in titles.items() if n > 1]
+
+
+def test_every_subcategory_has_a_doc(tax: Taxonomy, parsed: dict[str, tuple[dict, list[Passage]]]) -> None:
+    tagged = {node for meta, _ in parsed.values() for node in meta["nodes"]}
+    subcategories = [node.label for main in tax.children() for node in main.children]
+    assert len(subcategories) >= 20
+    missing = [sub for sub in subcategories if not any(t == sub or t.startswith(sub + ".") for t in tagged)]
+    assert not missing, f"subcategories without a KB doc: {missing}"
+
+
+def test_every_leaf_is_reachable_from_the_kb(tax: Taxonomy, parsed: dict[str, tuple[dict, list[Passage]]]) -> None:
+    """kb_index serves a doc for its labels, their ancestors and descendants: every leaf has some doc below
+    its main category (a subcategory or leaf tag, not only the main category)."""
+    tagged = {node for meta, _ in parsed.values() for node in meta["nodes"] if "." in node}
+    missing = [leaf.label for leaf in tax.leaves()
+               if not any(leaf.label == t or leaf.label.startswith(t + ".") for t in tagged)]
+    assert not missing, missing
+
+
+def test_system_facts_and_known_bad_pages(parsed: dict[str, tuple[dict, list[Passage]]]) -> None:
+    facts = {doc: passages for doc, (_, passages) in parsed.items() if doc.startswith("system_facts/")}
+    text = "\n".join(p.text for passages in facts.values() for p in passages)
+    assert "mlx5_1" in text and "control-plane" in text
+    assert "NV18" in text and "NV12" in text
+    known_bad = {doc: meta for doc, (meta, _) in parsed.items() if doc.startswith("known_bad_versions/")}
+    assert len(known_bad) >= 4
+    body = "\n".join(p.text for doc, (_, passages) in parsed.items() if doc in known_bad for p in passages)
+    for needle in ("CVE-2024-0132", "1.16.2", "2.22.3", "525.105.17", "0.13", "2304"):
+        assert needle in body, needle
+
+
+def test_seed_incidents_cover_every_leaf(tax: Taxonomy) -> None:
+    leaves = set(tax.labels(leaves_only=True))
+    records, rejected = read_jsonl(SEED_PATH, known_labels=leaves)
+    assert not rejected, [str(r) for r in rejected]
+    assert records
+    ids = [record.id for _, record in records]
+    assert len(ids) == len(set(ids))
+    covered = Counter(record.label for _, record in records)
+    missing = sorted(leaves - set(covered))
+    assert not missing, f"leaves without a seed incident: {missing}"
