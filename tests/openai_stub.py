@@ -2,6 +2,7 @@
 
     with OpenAIStub() as stub:
         stub.reply_json({"status": "rejected", ...})  # queue the next answers, in order
+        stub.responder = lambda request: "..."  # or compute every answer from the request
         stub.reply_text("garbage"); stub.reply_status(500); stub.reply_json({...}, delay=2.0)
         client = openai.OpenAI(base_url=stub.base_url, api_key="x")
         ...
@@ -18,6 +19,7 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -37,6 +39,7 @@ class OpenAIStub:
         self.replies: deque[Reply] = deque()
         self.requests: list[dict[str, Any]] = []  # the JSON bodies of the chat requests, in order
         self.headers: list[dict[str, str]] = []  # their HTTP headers (lower-case names)
+        self.responder: Callable[[dict[str, Any]], str] | None = None  # answers when the queue is empty
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self._server: ThreadingHTTPServer | None = None
@@ -109,7 +112,12 @@ class OpenAIStub:
                 with stub._lock:
                     stub.requests.append(request)
                     stub.headers.append({k.lower(): v for k, v in self.headers.items()})
-                    reply = stub.replies.popleft() if stub.replies else Reply(status=500, message="no scripted reply")
+                    if stub.replies:
+                        reply = stub.replies.popleft()
+                    elif stub.responder is not None:
+                        reply = Reply(content=stub.responder(request))
+                    else:
+                        reply = Reply(status=500, message="no scripted reply")
                 if reply.delay and stub._closing.wait(reply.delay):
                     return
                 if reply.status != 200:

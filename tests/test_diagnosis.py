@@ -182,3 +182,42 @@ def test_killed_run_resumes_from_its_checkpoint_without_rerunning_finished_check
                                          knowledge=False), taxonomy=TAXONOMY).run(incident)
     assert [c.label for c in report.root_causes] == [c.label for c in straight.root_causes]
     assert report.checks_run == straight.checks_run
+
+
+def _most_credulous(schema: dict[str, Any]) -> Any:
+    """A valid answer to any of the reasoner's schemas that believes everything: every offered label kept,
+    every leaf confirmed with certainty."""
+    kind = schema.get("type")
+    if "enum" in schema:
+        return "confirmed" if "confirmed" in schema["enum"] else schema["enum"][0]
+    if kind == "object":
+        return {name: _most_credulous(sub) for name, sub in schema.get("properties", {}).items()}
+    if kind == "array":
+        items = schema.get("items", {})
+        labels = next((sub["enum"] for sub in items.get("properties", {}).values() if "enum" in sub), None)
+        if labels is not None:  # one entry per offered choice
+            name = next(n for n, sub in items["properties"].items() if "enum" in sub)
+            return [{**_most_credulous(items), name: label} for label in labels]
+        return items["enum"][::-1] if "enum" in items else []
+    return {"boolean": True, "number": 0.99, "integer": 0}.get(kind, "it is certainly this one")
+
+
+def test_openai_reasoner_drives_the_whole_graph_and_cannot_confirm_without_evidence(tmp_path: Path) -> None:
+    from tests.openai_stub import OpenAIStub
+
+    with OpenAIStub() as stub:
+        stub.responder = lambda request: json.dumps(
+            _most_credulous(request["response_format"]["json_schema"]["schema"]))
+        options = dict(llm="openai", base_url=stub.base_url, model=stub.model, history=False, knowledge=False)
+        ecc = diagnoser(tmp_path / "a", sim_host(tmp_path / "ecc", [{"fault": "gpu.ecc_uncorrectable", "gpu": 1}]),
+                        **options).run(Incident(text=CASE_2))
+        healthy = diagnoser(tmp_path / "b", sim_host(tmp_path / "ok", []), **options).run(
+            Incident(text="training is slower than yesterday"))
+
+    assert ecc.resolved and ecc.root_causes[0].label == ECC
+    assert all(c.evidence for c in ecc.root_causes)  # the model confirmed every leaf; only evidence counts
+    assert ecc.llm_calls > 0 and ecc.tokens > 0 and ecc.reasoner == "openai"
+    assert not healthy.resolved and healthy.llm_calls > 0
+    assert any(j.status == "rejected" for j in healthy.hypotheses)
+    tasks = {r["response_format"]["json_schema"]["name"] for r in stub.requests}
+    assert {"summarize", "rank_children", "validate_leaf", "conclude"} <= tasks

@@ -17,16 +17,13 @@ from collections.abc import Collection as Container
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from agent.knowledge import store
 from agent.paths import KNOWLEDGE_DIR
 from agent.reasoning.base import PastIncident
-
-if TYPE_CHECKING:
-    from chromadb.api.models.Collection import Collection
 
 COLLECTION = "incidents"
 SEED_PATH = KNOWLEDGE_DIR / "incidents" / "seed.jsonl"
@@ -164,23 +161,12 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-class IncidentDB:
+class IncidentDB(store.StoredCollection):
     """Past incidents in Chroma. `data_dir`/`url` choose the store (see agent.knowledge.store)."""
 
     def __init__(self, data_dir: str | Path | None = None, url: str | None = None, *,
                  location: store.StoreLocation | None = None, collection: str = COLLECTION):
-        self.location = location or store.resolve_location(data_dir, url)
-        self.name = collection
-        self._collection: Collection | None = None
-
-    @property
-    def collection(self) -> Collection:
-        if self._collection is None:
-            self._collection = store.get_collection(self.location, self.name)
-        return self._collection
-
-    def count(self) -> int:
-        return self.collection.count()
+        super().__init__(data_dir, url, location, collection)
 
     def build(self, records: Iterable[IncidentRecord | Mapping[str, Any]], source: str = "history") -> ImportReport:
         """Upsert records by id (invalid ones are rejected with their position and reason, the rest stored)."""

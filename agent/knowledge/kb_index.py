@@ -15,16 +15,13 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from agent.knowledge import store
 from agent.paths import KNOWLEDGE_DIR
 from agent.reasoning.base import KBPassage
-
-if TYPE_CHECKING:
-    from chromadb.api.models.Collection import Collection
 
 KB_DIR = KNOWLEDGE_DIR / "kb"
 COLLECTION = "kb_passages"  # Chroma wants 3-512 characters: "kb" is refused
@@ -226,24 +223,13 @@ def node_filter(labels: Iterable[str]) -> dict[str, Any] | None:
     return unique[0] if len(unique) == 1 else {"$or": unique}
 
 
-class KnowledgeBase:
+class KnowledgeBase(store.StoredCollection):
     """The KB index. `root` defaults to knowledge/kb; `data_dir`/`url` choose the store (agent.knowledge.store)."""
 
     def __init__(self, data_dir: str | Path | None = None, url: str | None = None, *, root: str | Path | None = None,
                  location: store.StoreLocation | None = None, collection: str = COLLECTION):
+        super().__init__(data_dir, url, location, collection)
         self.root = Path(root) if root is not None else KB_DIR
-        self.location = location or store.resolve_location(data_dir, url)
-        self.name = collection
-        self._collection: Collection | None = None
-
-    @property
-    def collection(self) -> Collection:
-        if self._collection is None:
-            self._collection = store.get_collection(self.location, self.name)
-        return self._collection
-
-    def count(self) -> int:
-        return self.collection.count()
 
     def ensure(self, force: bool = False) -> KBReport:
         """Refresh the index when the KB files changed (or `force`); otherwise return at once (skipped=True)."""

@@ -124,6 +124,25 @@ def get_collection(location: StoreLocation, name: str) -> Collection:
         name, configuration={"hnsw": {"space": SPACE}}, embedding_function=None)
 
 
+class StoredCollection:
+    """One named Chroma collection at a location, opened on first use (what the incident DB and the KB share)."""
+
+    def __init__(self, data_dir: str | Path | None, url: str | None, location: StoreLocation | None,
+                 collection: str):
+        self.location = location or resolve_location(data_dir, url)
+        self.name = collection
+        self._collection: Collection | None = None
+
+    @property
+    def collection(self) -> Collection:
+        if self._collection is None:
+            self._collection = get_collection(self.location, self.name)
+        return self._collection
+
+    def count(self) -> int:
+        return self.collection.count()
+
+
 def set_collection_metadata(collection: Collection, **values: Scalar) -> None:
     """Merge keys into the collection's metadata (Chroma replaces the whole dict on modify)."""
     merged = {k: v for k, v in (collection.metadata or {}).items() if not k.startswith("hnsw:")}
