@@ -129,6 +129,10 @@ class ProgressView:
         self.line(f"{self._indent()}[cyan]▸ {escape(e['node'])}[/]")
         self.set(f"pipeline 2: {e['node']}")
 
+    def _on_widen(self, e: dict[str, Any]) -> None:
+        self.line("[bold]pipeline 2[/] nothing confirmed yet: searching every branch with an untested leaf")
+        self.set("pipeline 2: widened search")
+
     def _on_rank(self, e: dict[str, Any]) -> None:
         node = e.get("node", "ROOT")
         if node == "ROOT":
