@@ -20,10 +20,6 @@ def _rule(rule: str) -> tuple[str, re.Pattern[str]]:
     return check, re.compile(pattern or ".*")
 
 
-def rule_checks(rules: list[str]) -> list[str]:
-    return list(dict.fromkeys(_rule(r)[0] for r in rules))
-
-
 def assess(rules: list[str], results: list[CheckResult]) -> Evidence:
     compiled = [_rule(r) for r in rules]
     wanted = {check for check, _ in compiled}

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agent.graph.state import load_judgements, load_results
-from agent.models import CheckResult, Verdict
+from agent.models import CheckResult
 from agent.reasoning.base import ExplorationHypothesis, LeafJudgement, PastIncident, Usage
 from agent.taxonomy import Taxonomy
 
@@ -61,9 +61,6 @@ class Report(BaseModel):
                 "checks_run": self.checks_run, "check_seconds": round(self.check_seconds, 3),
                 "llm_calls": self.llm_calls, "tokens": self.tokens}
         return head | {"run_id": self.run_id, "details": self.model_dump(mode="json", exclude={"incident"})}
-
-    def failing(self) -> list[CheckResult]:
-        return [r for r in self.results if r.verdict in (Verdict.FAIL, Verdict.WARN)]
 
 
 def _evidence_lines(judgement: LeafJudgement, results: list[CheckResult]) -> list[str]:

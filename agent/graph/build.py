@@ -32,7 +32,7 @@ from agent.graph.state import (
 )
 from agent.incident import Incident, IncidentSummary
 from agent.models import CheckResult
-from agent.reasoning.base import KBPassage, LeafJudgement, Observation, PastIncident, Reasoner
+from agent.reasoning.base import KBPassage, LeafJudgement, Observation, Reasoner
 from agent.taxonomy import Taxonomy
 
 Emit = Callable[[dict[str, Any]], None]
@@ -284,7 +284,3 @@ class DiagnosisGraph:
 def initial_state(incident: Incident) -> DiagnosisState:
     return {"incident": incident.model_dump(mode="json"), "results": {}, "memory": [], "judgements": [], "path": [],
             "approvals": {}, "pipeline": 0, "feedback": [], "feedback_rounds": 0}
-
-
-def similar_from_state(state: DiagnosisState) -> list[PastIncident]:
-    return [PastIncident.model_validate(p) for p in state.get("similar", [])]

@@ -108,10 +108,6 @@ def get_model() -> SentenceTransformer:
     return _model
 
 
-def is_loaded() -> bool:
-    return _model is not None
-
-
 def _threads_for(n_texts: int) -> int | None:
     forced = os.environ.get(ENV_THREADS, "").strip()
     if forced.isdigit() and int(forced) > 0:
