@@ -3,9 +3,11 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEV_INCIDENTS ?= ../shared/eval/dev_incidents.jsonl
+BENCH_OUT ?= eval/results/diagnosis
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install sshd test test-llm lint demo bench eval clean
+.PHONY: install sshd test test-llm lint demo bench eval clean bench-diagnosis
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,12 +35,26 @@ test-llm: install
 demo: install
 	$(BIN)/aidai demo
 
-bench: install eval
+bench: install bench-diagnosis
 	$(BIN)/python -m eval.bench_checks
 
-# Diagnosis accuracy and speed on the dev incidents (../shared/eval/dev_incidents.jsonl).
+# Diagnosis on the dev incidents (../shared/eval/dev_incidents.jsonl): ours only, history = the seed DB.
 eval: install
-	$(BIN)/python -m eval.dev_eval --out eval/results/dev_offline.md
+	$(BIN)/aidai eval --incidents $(DEV_INCIDENTS) --method aidai --out $(BENCH_OUT) --tag aidai-seed
 
 clean:
 	rm -rf $(VENV) demo-host
+
+# Diagnosis benchmark (AidAI §6): the five methods on the dev incidents with the seed DB and with empty history,
+# leave-one-out for aidai (the other dev incidents are the history) and unseen labels (AidAI Table 4).
+# Tables and metrics.json in eval/results/diagnosis/.
+BENCH_METHODS := --method aidai --method rcacopilot --method tgd --method did --method cvd
+UNSEEN_LABELS := --remove-label GPU.MEMORY.UNCORRECTABLE_ECC --remove-label INTERCONNECT_NETWORKING.SOCKET.IFNAME_MISCONFIG \
+	--remove-label INTERCONNECT_NETWORKING.PCIE.ACS_P2P_HANG
+
+bench-diagnosis: install
+	$(BIN)/aidai eval --incidents $(DEV_INCIDENTS) $(BENCH_METHODS) --out $(BENCH_OUT) --tag seed
+	$(BIN)/aidai eval --incidents $(DEV_INCIDENTS) $(BENCH_METHODS) --no-seed --out $(BENCH_OUT) --tag no-history
+	$(BIN)/aidai eval --incidents $(DEV_INCIDENTS) --method aidai --no-seed --leave-one-out --out $(BENCH_OUT) \
+		--tag leave-one-out
+	$(BIN)/aidai eval --incidents $(DEV_INCIDENTS) --method aidai $(UNSEEN_LABELS) --out $(BENCH_OUT) --tag unseen

@@ -1,9 +1,9 @@
-"""The one result type for a verification check, used by scripts' JSON, executors, runner and CLI."""
+"""The result types: a verification check's (scripts' JSON, executors, runner, CLI) and a pre-triage tool's."""
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -50,3 +50,18 @@ class CheckResult(BaseModel):
 
     def failing(self) -> list[Finding]:
         return [f for f in self.findings if f.severity in ("FAIL", "WARN")]
+
+
+class ToolResult(BaseModel):
+    """What a pre-triage tool (L4 over job logs, Reveal over telemetry, preflight, KAIOPS) tells the agents: hosts
+    to check first, findings, priors over taxonomy labels, and the tool's own output for the ticket."""
+
+    tool: str
+    status: Literal["ok", "skipped", "error"] = "ok"
+    summary: str = ""  # one line for the progress view, the summary and the ticket
+    hosts: list[str] = Field(default_factory=list)  # most suspicious first
+    findings: list[Finding] = Field(default_factory=list)
+    priors: dict[str, float] = Field(default_factory=dict)  # taxonomy label -> prior in [0, 1]
+    data: dict[str, Any] = Field(default_factory=dict)  # the tool's own JSON output
+    reason: str = ""  # why skipped or error
+    duration_s: float = 0.0

@@ -49,6 +49,7 @@ class ProgressView:
         self.console = console
         self.depth = 1
         self.pipeline = 1
+        self._checks_node = ""
         self._status: Status | None = None
         self._active = False
         self._began = time.perf_counter()
@@ -151,8 +152,9 @@ class ProgressView:
         self.set("choosing the next hypothesis")
 
     def _on_checks(self, e: dict[str, Any]) -> None:
-        if self.pipeline == 1:
+        if self.pipeline == 1 and e["node"] != self._checks_node:
             self.line(f"{self._indent()}[cyan]▸ {escape(e['node'])}[/] [dim](from history)[/]")
+        self._checks_node = e["node"]
         checks = e.get("checks", [])
         if checks:
             self.set(f"{_short(e['node'])}: running {', '.join(checks)}")
@@ -165,6 +167,10 @@ class ProgressView:
         self.line(f"{self._indent(1)}[{style}]{VERDICT_ICON.get(verdict, '?')} {verdict:<7}[/] "
                   f"{escape(e['check'])}@{escape(e['host'])}: {escape(_clip(e.get('summary', ''), 160))} "
                   f"[dim]{float(e.get('duration_s', 0)):.1f}s[/]")
+
+    def _on_skipped(self, e: dict[str, Any]) -> None:
+        self.line(f"{self._indent(1)}[dim]skipped {escape(', '.join(e.get('checks', [])))} (active): "
+                  f"{escape(e.get('why', ''))}[/]")
 
     def _on_judgement(self, e: dict[str, Any]) -> None:
         status, label = e.get("status"), escape(e.get("label", ""))

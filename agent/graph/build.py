@@ -1,8 +1,8 @@
 """The online diagnosis as a LangGraph StateGraph (AidAI Fig. 4/6, Algorithm 1):
 
-summarize → pretriage → historical (pipeline 1) ─confirmed→ conclude
+summarize → pretriage → historical (pipeline 1) ─confirmed→ corroborate → conclude
                                    └→ dfs_init → dfs (pipeline 2, one step per super-step, explicit stack)
-                                        ─confirmed→ conclude
+                                        ─confirmed→ corroborate → conclude
                                         └→ widen (once: every branch with an untested leaf) → dfs_init
                                         └→ explore (pipeline 3) → feedback ─answer→ summarize again → dfs_init
                                                                            └→ conclude (escalate)
@@ -12,6 +12,7 @@ Every step is checkpointed; approvals of active checks and the user's feedback a
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -31,13 +32,13 @@ from agent.graph.state import (
     result_key,
 )
 from agent.incident import Incident, IncidentSummary
-from agent.models import CheckResult
+from agent.models import CheckResult, ToolResult
 from agent.reasoning.base import KBPassage, LeafJudgement, Observation, Reasoner
 from agent.taxonomy import Taxonomy
 
 Emit = Callable[[dict[str, Any]], None]
 Approval = Literal["all", "none", "ask"]
-PreTriage = Callable[[Incident], tuple[list[dict[str, Any]], dict[str, float]]]
+PreTriage = Callable[[Incident], ToolResult | None]  # None: nothing for this tool in the incident
 
 
 @dataclass
@@ -63,16 +64,19 @@ class DiagnosisGraph:
     def _summary(self, state: DiagnosisState) -> IncidentSummary:
         return IncidentSummary.model_validate(state["summary"])
 
-    def _execute(self, state: DiagnosisState, label: str) -> tuple[list[CheckResult], dict[str, Any]]:
-        """Run the node's checks; ask for approval of active ones first (an interrupt when policy is ask)."""
+    def _execute(self, state: DiagnosisState, label: str, costly_too: bool = False,
+                 ) -> tuple[list[CheckResult], dict[str, Any]]:
+        """Run the node's passive checks, then its active ones if they are still needed or `costly_too` (asking
+        for approval first: an interrupt when the policy is ask)."""
         runner = self.t.runner
         for result in load_results(state):  # a resumed run reuses what the checkpoint already holds
             runner.cache.setdefault((result.host, result.check), result)
-        checks = execution.checks_for(self.t.taxonomy, runner, label)
+        cheap, costly = execution.by_tier(runner, execution.checks_for(self.t.taxonomy, runner, label))
         approvals = dict(state.get("approvals", {}))
-        undecided = [c for c in execution.needs_approval(runner, checks) if c not in approvals]
-        if undecided:
-            if self.t.approval == "ask":
+        results = self._run(label, cheap)
+        if costly and (costly_too or execution.costly_needed(self.t.taxonomy, label, results)):
+            undecided = [c for c in costly if c not in approvals]
+            if undecided and self.t.approval == "ask":
                 specs = [runner.manifest.get(c) for c in undecided]
                 answer = interrupt({"kind": "approval", "node": label, "checks": [
                     {"id": s.id, "tier": s.tier, "description": s.description, "expected_cost_s": s.expected_cost_s}
@@ -80,16 +84,25 @@ class DiagnosisGraph:
                 approvals.update({c: bool((answer or {}).get(c, False)) for c in undecided})
             else:
                 approvals.update({c: self.t.approval == "all" for c in undecided})
-        runner.approve = lambda spec, host: approvals.get(spec.id, False)
+            runner.approve = lambda spec, host: approvals.get(spec.id, False)
+            results += self._run(label, costly)
+        elif costly:
+            self.t.emit({"type": "skipped", "node": label, "checks": costly,
+                         "why": "the passive checks already decided it"})
+        stored = dict(state.get("results", {}))
+        stored.update({result_key(r): dump_result(r) for r in results})
+        return results, {"results": stored, "approvals": approvals}
+
+    def _run(self, label: str, checks: list[str]) -> list[CheckResult]:
+        if not checks:
+            return []
         self.t.emit({"type": "checks", "node": label, "checks": checks})
-        results = execution.run_checks(runner, checks)
+        results = execution.run_checks(self.t.runner, checks)
         for result in results:
             self.t.emit({"type": "result", "node": label, "check": result.check, "host": result.host,
                          "verdict": result.verdict.value, "summary": result.summary, "cached": result.cached,
                          "duration_s": result.duration_s})
-        stored = dict(state.get("results", {}))
-        stored.update({result_key(r): dump_result(r) for r in results})
-        return results, {"results": stored, "approvals": approvals}
+        return results
 
     def _judge(self, state: DiagnosisState, label: str, pipeline: int) -> LeafJudgement:
         judgement = reflection.validate(self.t.reasoner, self.t.taxonomy, self._summary(state), label,
@@ -110,14 +123,26 @@ class DiagnosisGraph:
         return {"summary": summary.model_dump(mode="json")}
 
     def pretriage(self, state: DiagnosisState) -> dict[str, Any]:
+        """Every pre-triage tool on the incident's attachments; a tool that fails is reported, never fatal."""
         incident = Incident.model_validate(state["incident"])
         found: list[dict[str, Any]] = []
         priors: dict[str, float] = {}
+        known = set(self.t.taxonomy.labels())
         for tool in self.t.pretriage:
-            results, tool_priors = tool(incident)
-            found += results
-            for label, score in tool_priors.items():
-                priors[label] = max(priors.get(label, 0.0), score)
+            began = time.perf_counter()
+            try:
+                result = tool(incident)
+            except Exception as exc:  # a tool's bug must not stop the diagnosis; the ticket shows it
+                result = ToolResult(tool=getattr(tool, "__name__", "tool"), status="error",
+                                    reason=f"{type(exc).__name__}: {exc}"[:500])
+            if result is None:
+                continue
+            if not result.duration_s:
+                result.duration_s = round(time.perf_counter() - began, 3)
+            found.append(result.model_dump(mode="json"))
+            for label, score in result.priors.items():
+                if label in known:
+                    priors[label] = max(priors.get(label, 0.0), score)
         if found:
             self.t.emit({"type": "pretriage", "results": found})
         return {"pretriage": found, "pretriage_priors": priors}
@@ -230,6 +255,33 @@ class DiagnosisGraph:
         return {"feedback": [*state.get("feedback", []), text], "feedback_rounds": rounds, "widened": False,
                 "path": self._trace(state, 3, "", "feedback", text[:200])}
 
+    def corroborate(self, state: DiagnosisState) -> dict[str, Any]:
+        """Several leaves confirmed: run the active checks their passive evidence let us skip, and judge them
+        again on everything, so which cause comes first rests on all the evidence, not on the visiting order."""
+        confirmed = [j for j in load_judgements(state) if j.status == "confirmed"]
+        if len(confirmed) < 2:
+            return {}
+        update: dict[str, Any] = {}
+        path = list(state.get("path", []))
+        pipeline = state.get("pipeline") or 2
+        for judgement in confirmed:
+            ran = {r.check for r in load_results({**state, **update})}  # type: ignore[arg-type]
+            _, costly = execution.by_tier(self.t.runner, execution.checks_for(self.t.taxonomy, self.t.runner,
+                                                                              judgement.label))
+            if missing := [c for c in costly if c not in ran]:
+                _, changes = self._execute({**state, **update}, judgement.label, costly_too=True)  # type: ignore[misc]
+                update.update(changes)
+                path.append({"pipeline": pipeline, "node": judgement.label, "action": "corroborate",
+                             "detail": ", ".join(missing)})
+        if not update:
+            return {}
+        merged = {**state, **update}
+        fresh = {j.label: reflection.validate(self.t.reasoner, self.t.taxonomy, self._summary(state), j.label,
+                                              load_results(merged))  # type: ignore[arg-type]
+                 for j in confirmed}
+        judgements = [fresh.get(j.label, j) for j in load_judgements(state)]
+        return {**update, "path": path, "judgements": [j.model_dump(mode="json") for j in judgements]}
+
     def conclude(self, state: DiagnosisState) -> dict[str, Any]:
         judgements = load_judgements(state)
         ordered = conclusion.order([j for j in judgements if j.status == "confirmed"])
@@ -243,14 +295,14 @@ class DiagnosisGraph:
     # ---- routing ------------------------------------------------------------------------------------------
     @staticmethod
     def after_historical(state: DiagnosisState) -> str:
-        return "conclude" if state.get("pipeline") == 1 else "dfs_init"
+        return "corroborate" if state.get("pipeline") == 1 else "dfs_init"
 
     @staticmethod
     def after_dfs(state: DiagnosisState) -> str:
         if state["stack"]:
             return "dfs"
         if any(j["status"] == "confirmed" for j in state.get("judgements", [])):
-            return "conclude"
+            return "corroborate"
         return "explore" if state.get("widened") else "widen"
 
     def after_explore(self, state: DiagnosisState) -> str:
@@ -263,16 +315,17 @@ class DiagnosisGraph:
 
     def build(self, checkpointer: Any = None):  # type: ignore[no-untyped-def]
         graph = StateGraph(DiagnosisState)
-        for name in ("summarize", "pretriage", "historical", "dfs_init", "dfs", "widen", "explore", "feedback",
-                     "conclude"):
+        for name in ("summarize", "pretriage", "historical", "dfs_init", "dfs", "widen", "corroborate", "explore",
+                     "feedback", "conclude"):
             graph.add_node(name, getattr(self, name))
         graph.add_node("summarize_again", self.summarize)
         graph.add_edge(START, "summarize")
         graph.add_edge("summarize", "pretriage")
         graph.add_edge("pretriage", "historical")
-        graph.add_conditional_edges("historical", self.after_historical, ["conclude", "dfs_init"])
+        graph.add_conditional_edges("historical", self.after_historical, ["corroborate", "dfs_init"])
         graph.add_edge("dfs_init", "dfs")
-        graph.add_conditional_edges("dfs", self.after_dfs, ["dfs", "conclude", "widen", "explore"])
+        graph.add_conditional_edges("dfs", self.after_dfs, ["dfs", "corroborate", "widen", "explore"])
+        graph.add_edge("corroborate", "conclude")
         graph.add_edge("widen", "dfs_init")
         graph.add_conditional_edges("explore", self.after_explore, ["feedback", "conclude"])
         graph.add_conditional_edges("feedback", self.after_feedback, ["summarize_again", "conclude"])

@@ -1,0 +1,190 @@
+"""`aidai eval`: the diagnosis benchmark (AidAI §6) on incident records with simulated hosts. A thin face over
+eval.harness: every record's faults become simulated hosts, each method diagnoses every record, the rows are
+scored and written as Markdown tables and JSON.
+
+Exit codes: 0 the benchmark ran (failed incidents are error rows in it), 2 bad input or setup.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from agent.cli.diagnose_cmd import BaseUrlOpt, LlmOpt, ModelOpt, clean_errors
+
+METHOD_HELP = "aidai | rcacopilot | tgd | did | cvd"
+
+
+def _harness_importable() -> None:
+    """eval/ lives next to agent/ in the checkout but is not installed: `aidai eval` runs from a checkout."""
+    from agent.paths import ROOT
+
+    try:
+        import eval.harness  # noqa: F401
+    except ImportError:
+        if not (ROOT / "eval" / "harness" / "__init__.py").is_file():
+            raise FileNotFoundError(f"the benchmark harness (eval/harness) is not in {ROOT}: run `aidai eval` "
+                                    "from a source checkout") from None
+        sys.path.append(str(ROOT))  # spawned workers inherit sys.path
+
+
+def _command(**options: Any) -> str:
+    """The command line this run is reproduced with (for the report)."""
+    words = ["aidai", "eval"]
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if value is None or value is False or value == []:
+            continue
+        if value is True:
+            words.append(flag)
+        elif isinstance(value, list):
+            words += [w for v in value for w in (flag, str(v))]
+        else:
+            words += [flag, str(value)]
+    return " ".join(shlex.quote(w) for w in words)
+
+
+def _tag(seed: bool, history: Path | None, leave_one_out: bool, remove: list[str], llm: str) -> str:
+    parts = ["seed" if seed else "no-seed"] if history else ["seed" if seed else "no-history"]
+    if history:
+        parts.append("history-" + history.stem)
+    if leave_one_out:
+        parts.append("leave-one-out")
+    if remove:
+        parts.append("remove-" + "-".join(r.rsplit(".", 1)[-1].lower() for r in remove))
+    if llm != "offline":
+        parts.append(llm)
+    return "_".join(parts)
+
+
+def eval_command(
+    incidents: Annotated[Path, typer.Option("--incidents", metavar="FILE", help="Incident records (JSONL: id, "
+                                            "description, environment, label, faults, noise, hosts).")],
+    history: Annotated[Path | None, typer.Option("--history", metavar="FILE",
+                                                 help="Past incidents imported into a fresh DB for this run.")] = None,
+    seed: Annotated[bool, typer.Option("--seed/--no-seed", help="The bundled seed incidents are part of the "
+                                       "history (--no-seed without --history: empty history).")] = True,
+    method: Annotated[list[str] | None, typer.Option("--method", metavar=METHOD_HELP,
+                                                     help="Method to run (repeatable; default aidai).")] = None,
+    llm: LlmOpt = "offline",
+    base_url: BaseUrlOpt = None,
+    model: ModelOpt = None,
+    remove_label: Annotated[list[str] | None, typer.Option(
+        "--remove-label", metavar="LABEL", help="Drop this taxonomy label (and its past incidents) to measure "
+                                                "unseen incidents (repeatable).")] = None,
+    leave_one_out: Annotated[bool, typer.Option("--leave-one-out", help="The other incidents of FILE are the "
+                                                "history of each one.")] = False,
+    workers: Annotated[int, typer.Option("--workers", min=0, help="Worker processes (0: in this process).")] = 2,
+    timeout: Annotated[float, typer.Option("--timeout", metavar="S", help="Per-incident time limit.")] = 600.0,
+    knowledge: Annotated[bool, typer.Option("--knowledge/--no-knowledge",
+                                            help="Index the KB for pipeline 3's suggestions (aidai).")] = True,
+    out: Annotated[Path | None, typer.Option("--out", metavar="DIR", help="Write TAG.md, TAG.metrics.json, "
+                                             "TAG.rows.jsonl and DIR/metrics.json.")] = None,
+    tag: Annotated[str | None, typer.Option("--tag", metavar="NAME", help="Name of this run's files (default "
+                                            "from the history options).")] = None,
+    cache_dir: Annotated[Path | None, typer.Option("--cache-dir", metavar="DIR", help="Where the seed DB and KB "
+                                                   "index are built once (default: <data dir>/eval-cache).")] = None,
+    only: Annotated[list[str] | None, typer.Option("--only", metavar="ID", help="Run these record ids only.")
+                    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON on stdout: one method's object, "
+                                          "or {\"methods\": {name: object}} for several.")] = False,
+) -> None:
+    """Benchmark diagnosis methods on incident records with simulated hosts: micro/macro F1 at three levels,
+    per-category scores, pipeline shares, checks, LLM calls and time per incident."""
+    err = Console(stderr=True)
+    command = _command(incidents=incidents, history=history, no_seed=not seed, method=method, llm=None if
+                       llm == "offline" else llm, base_url=base_url, model=model, remove_label=remove_label,
+                       leave_one_out=leave_one_out, workers=workers, no_knowledge=not knowledge, out=out, tag=tag,
+                       only=only)
+    with clean_errors(err):
+        _harness_importable()
+        metrics = _run(command, err, incidents, history, seed, method or ["aidai"], llm, base_url, model,
+                       remove_label or [], leave_one_out, workers, timeout, knowledge, out, tag, cache_dir, only or [])
+    if as_json:
+        names = list(metrics)
+        payload: Any = metrics[names[0]] if len(names) == 1 else {"methods": metrics}
+        typer.echo(json.dumps(payload, indent=1))
+    else:
+        for name, m in metrics.items():
+            typer.echo(f"{name:<11} leaf micro-F1 {m['leaf']['micro_f1']} macro-F1 {m['leaf']['macro_f1']} · "
+                       f"MAIN micro-F1 {m['main']['micro_f1']} · errors {m['errors']}/{m['n']} · "
+                       f"checks {m['checks_per_incident']} ({m['check_seconds_per_incident']} s) · "
+                       f"LLM calls {m['llm_calls_per_incident']} per incident")
+
+
+def _run(command: str, err: Console, incidents: Path, history: Path | None, seed: bool, methods: list[str], llm: str,
+         base_url: str | None, model: str | None, remove: list[str], leave_one_out: bool, workers: int,
+         timeout: float, knowledge: bool, out: Path | None, tag: str | None, cache_dir: Path | None,
+         only: list[str]) -> dict[str, dict[str, Any]]:
+    from agent.reasoning.factory import make_reasoner
+    from agent.reasoning.offline import OfflineReasoner
+    from agent.taxonomy import load_taxonomy
+    from eval.harness import report
+    from eval.harness.methods import resolve_method
+    from eval.harness.metrics import compute_metrics, unseen_metrics
+    from eval.harness.problems import RecordsError, load_problems, remove_labels
+    from eval.harness.runner import RunConfig, run_benchmark
+
+    def bad(message: str) -> typer.Exit:
+        err.print(f"[red]error: {escape(message)}[/]", highlight=False, soft_wrap=True)
+        return typer.Exit(2)
+
+    if history is not None and not history.is_file():
+        raise bad(f"--history {history}: no such file")
+    try:
+        problems = load_problems(incidents)
+        names = {spec: resolve_method(spec).name for spec in dict.fromkeys(methods)}
+        if remove:
+            remove_labels(load_taxonomy(), remove)
+    except (RecordsError, KeyError, ImportError, AttributeError) as exc:
+        raise bad(str(exc).strip("'\"")) from None
+    if only:
+        problems = [p for p in problems if p.id in set(only)]
+        if not problems:
+            raise bad(f"no record with id {', '.join(only)} in {incidents}")
+    make_reasoner(llm, base_url, model, OfflineReasoner(load_taxonomy()))  # ReasonerConfigError: exit 2
+    config = RunConfig(methods=list(names), llm=llm, base_url=base_url, model=model, seed=seed,
+                       history_file=str(history) if history else None, leave_one_out=leave_one_out, remove=remove,
+                       knowledge=knowledge, workers=workers, timeout_s=timeout,
+                       cache_dir=str(cache_dir) if cache_dir else None)
+
+    def progress(row: dict[str, Any]) -> None:
+        mark = "error" if row.get("error") else "ok" if row.get("leaf_ok") else "miss"
+        got = row.get("error") or row.get("predicted") or "escalated"
+        err.print(f"{mark:<5} {row['method']:<10} {row['id']:<30} {row['label']} -> {escape(str(got))[:160]} "
+                  f"({row.get('wall_s') or 0:.1f}s)", highlight=False, soft_wrap=True)
+
+    result = run_benchmark(config, problems, str(incidents), on_row=progress,
+                           on_stage=lambda s: err.print(f"[dim]{escape(s)}[/]"))
+    by_method = {name: [r for r in result.rows if r["method"] == name] for name in names.values()}
+    metrics = {name: compute_metrics(rows) for name, rows in by_method.items()}
+    for name, rows in by_method.items():
+        if remove:
+            before = [r for r in result.before_rows if r["method"] == name]
+            metrics[name]["unseen"] = unseen_metrics(rows, before, result.removed)
+    info = result.history
+    parts = [f"seed {info.seed}" if seed else "no seed"]
+    if history:
+        parts.append(f"{history} {info.history}")
+    if leave_one_out:
+        parts.append(f"leave-one-out over the {info.leave_one_out} incidents themselves (own id excluded)")
+    if result.removed:
+        parts.append(f"removed labels hidden: {', '.join(result.removed)}")
+    meta = report.meta(command=command,
+                       incidents=str(incidents), n=len(problems), history="; ".join(parts) + f" (total {info.total})",
+                       llm=llm if llm == "offline" else f"{llm} {model} {base_url or ''}".strip(), workers=workers,
+                       wall_s=result.wall_s)
+    if info.rejected:
+        err.print(f"[yellow]{len(info.rejected)} history record(s) rejected: {escape(info.rejected[0])} ...[/]")
+    if out is not None:
+        name = tag or _tag(seed, history, leave_one_out, remove, llm)
+        for path in report.write(out, name, metrics, result.rows, meta):
+            err.print(f"wrote {escape(str(path))}", highlight=False)
+    return metrics

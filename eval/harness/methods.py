@@ -1,0 +1,248 @@
+"""The methods under test: AidAI (ours) and the four baselines of AidAI §6.1, over the same simulated hosts,
+taxonomy, history and reasoner. Each returns an Outcome; the runner adds the wall time and the score.
+
+    aidai       the full Diagnoser: pipeline 1 (history) → 2 (taxonomy DFS, widened once) → 3 (exploration);
+                active checks approved (the hosts are simulated), no feedback rounds (nobody to answer)
+    tgd         taxonomy-guided diagnosis only: the same graph with history off and no exploration
+    rcacopilot  retrieve similar past incidents, choose one label once (the reasoner's rerank); no checks
+    did         one-shot choice among every leaf from the description alone; no history, no checks
+    cvd         run every passive check on every host, then choose once: the leaves with the strongest evidence
+                (by their evidence rules), the reasoner breaking the tie by the text
+
+Where a baseline makes its one choice it asks the run's reasoner (rerank_history / rank_children), so LLM calls
+and tokens are counted the same way as ours. The baselines read the incident with the deterministic summary
+(text signals, no model), so their one choice is their only LLM call.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from langgraph.checkpoint.memory import InMemorySaver
+
+from agent.agents import planning
+from agent.checks.runner import CheckRunner
+from agent.diagnosis import DiagnoseOptions, Diagnoser
+from agent.evidence import assess
+from agent.executors.hosts import executors_for
+from agent.graph.build import DiagnosisGraph
+from agent.graph.state import DiagnosisState
+from agent.incident import IncidentSummary
+from agent.reasoning.base import Choice, NodeInfo, Observation, Reasoner, Usage
+from agent.reasoning.factory import make_reasoner
+from agent.reasoning.offline import OfflineReasoner
+from agent.taxonomy import Taxonomy
+from eval.harness.history import HistoryRetrieval
+from eval.harness.problems import Problem
+
+SHORTLIST = 12  # an LLM is offered at most this many leaves in one choice (the offline ranking picks them)
+ROOT = NodeInfo(label="", description="every root cause of the taxonomy: choose the one that caused this incident")
+NOT_RUN = "not run:"  # CheckRunner's summary of an unapproved check
+
+
+@dataclass
+class Env:
+    """What a method acts with, per incident (the taxonomy, offline reasoner and retrieval live per worker)."""
+
+    taxonomy: Taxonomy
+    offline: OfflineReasoner
+    retrieval: HistoryRetrieval
+    hosts: list[str]
+    data_dir: str
+    llm: str = "offline"
+    base_url: str | None = None
+    model: str | None = None
+    knowledge: bool = True
+
+    def reasoner(self) -> Reasoner:
+        """The offline reasoner is shared (its caches are per worker; its usage stays zero); an LLM reasoner is
+        fresh per incident so its usage is the incident's."""
+        return make_reasoner(self.llm, self.base_url, self.model, self.offline)
+
+    def runner(self) -> CheckRunner:
+        return CheckRunner(executors_for(self.hosts))
+
+
+@dataclass
+class Outcome:
+    predicted: str | None  # the top confirmed (or chosen) leaf; None = escalated / unresolved
+    confirmed: list[str] = field(default_factory=list)
+    pipeline: int | None = None  # aidai/tgd: 1, 2, 3 or 0 (unresolved); one-shot methods: None
+    path: list[str] = field(default_factory=list)
+    explored: list[str] = field(default_factory=list)  # labels pipeline 3 pointed at, when unresolved
+    checks: dict[str, float] = field(default_factory=dict)
+    usage: dict[str, int] = field(default_factory=dict)
+    nearest_history: float | None = None  # similarity of the closest past incident retrieved (leakage check)
+
+
+class Method(Protocol):
+    name: str
+    needs_embeddings: bool
+
+    def diagnose(self, problem: Problem, env: Env) -> Outcome: ...
+
+
+def check_costs(runner: CheckRunner | None) -> dict[str, float]:
+    """Checks actually run in this incident, one per (host, check) — the cache never counts one twice — and the
+    manifest's expected seconds for them (what a real run would spend), split by tier."""
+    ran = [r for r in (runner.cache.values() if runner else []) if not r.summary.startswith(NOT_RUN)]
+    active = [r for r in ran if r.tier != "passive"]
+    return {"checks_run": len(ran), "active_checks": len(active),
+            "check_s": round(sum(r.expected_cost_s for r in ran), 3),
+            "active_check_s": round(sum(r.expected_cost_s for r in active), 3),
+            "check_wait_s": round(runner.wall_s, 3) if runner else 0.0}
+
+
+def usage_of(reasoner: Reasoner, before: Usage | None = None) -> dict[str, int]:
+    now = getattr(reasoner, "usage", None) or Usage()
+    base = before or Usage()
+    return {"llm_calls": now.calls - base.calls, "tokens_in": now.prompt_tokens - base.prompt_tokens,
+            "tokens_out": now.completion_tokens - base.completion_tokens,
+            "llm_fallbacks": now.fallbacks - base.fallbacks}
+
+
+def _snapshot(reasoner: Reasoner) -> Usage:
+    u = getattr(reasoner, "usage", None) or Usage()
+    return Usage(calls=u.calls, prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens,
+                 fallbacks=u.fallbacks)
+
+
+# ---- ours, and TGD (the same graph) --------------------------------------------------------------------------
+class _NoExploration(DiagnosisGraph):
+    """TGD: when the taxonomy walk confirms nothing the incident is escalated at once (no pipeline 3)."""
+
+    def explore(self, state: DiagnosisState) -> dict[str, Any]:
+        return {"exploration": [], "path": self._trace(state, 2, "", "escalate", "no exploration (TGD)")}
+
+
+class AidAI:
+    name = "aidai"
+    needs_embeddings = True
+    history = True
+    exploration = True
+
+    def diagnose(self, problem: Problem, env: Env) -> Outcome:
+        runner, reasoner = env.runner(), env.reasoner()
+        before = _snapshot(reasoner)
+        options = DiagnoseOptions(hosts=env.hosts, approval="all", llm=env.llm, base_url=env.base_url,
+                                  model=env.model, data_dir=env.data_dir, history=self.history,
+                                  knowledge=env.knowledge and self.exploration, max_feedback_rounds=0,
+                                  checkpoint=False)
+        diagnoser = Diagnoser(options, taxonomy=env.taxonomy, reasoner=reasoner, retrieval=env.retrieval,
+                              runner=runner)
+        if not self.exploration:
+            diagnoser.graph = _NoExploration(diagnoser.tools).build(InMemorySaver())
+        try:
+            report = diagnoser.run(problem.incident)
+        finally:
+            diagnoser.close()
+        confirmed = [c.label for c in report.root_causes]
+        return Outcome(predicted=confirmed[0] if confirmed else None, confirmed=confirmed, pipeline=report.pipeline,
+                       path=[f"p{s.pipeline} {s.node}:{s.action}" for s in report.path
+                             if s.action not in ("rank", "start", "enter")],
+                       explored=list(dict.fromkeys(lb for h in report.exploration for lb in h.related_labels)),
+                       checks=check_costs(runner), usage=usage_of(reasoner, before),
+                       nearest_history=max((p.score for p in report.similar), default=None))
+
+
+class TGD(AidAI):
+    name = "tgd"
+    history = False
+    exploration = False
+
+
+# ---- one-shot baselines --------------------------------------------------------------------------------------
+def choose(env: Env, reasoner: Reasoner, summary: IncidentSummary, candidates: list[NodeInfo],
+           memory: list[Observation]) -> list[Choice]:
+    """One choice among `candidates` by the run's reasoner (best first). An LLM gets the offline ranking's top
+    SHORTLIST (a one-shot answer must name every offered leaf once, which 60 leaves would not fit)."""
+    if reasoner is not env.offline and len(candidates) > SHORTLIST:
+        order = [c.label for c in env.offline.rank_children(summary, ROOT, candidates, memory, {})][:SHORTLIST]
+        by_label = {c.label: c for c in candidates}
+        candidates = [by_label[lb] for lb in order]
+    offered = {c.label for c in candidates}
+    ranked = reasoner.rank_children(summary, ROOT, candidates, memory, {})
+    return [c for c in ranked if c.label in offered]
+
+
+def leaf_infos(taxonomy: Taxonomy) -> list[NodeInfo]:
+    return [planning.node_info(taxonomy, leaf.label) for leaf in taxonomy.leaves()]
+
+
+class RCACopilot:
+    name = "rcacopilot"
+    needs_embeddings = True
+
+    def diagnose(self, problem: Problem, env: Env) -> Outcome:
+        reasoner = env.reasoner()
+        before = _snapshot(reasoner)
+        summary = env.offline.summarize(problem.incident)
+        similar = planning.similar_incidents(reasoner, summary, env.retrieval.similar, env.taxonomy)
+        predicted = similar[0].label if similar else None
+        return Outcome(predicted=predicted, confirmed=[predicted] if predicted else [],
+                       path=[f"history {p.id}:{p.label} {p.score:.2f}" for p in similar[:3]] or ["no history"],
+                       checks=check_costs(None), usage=usage_of(reasoner, before),
+                       nearest_history=max((p.score for p in similar), default=None))
+
+
+class DID:
+    name = "did"
+    needs_embeddings = True
+
+    def diagnose(self, problem: Problem, env: Env) -> Outcome:
+        reasoner = env.reasoner()
+        before = _snapshot(reasoner)
+        summary = env.offline.summarize(problem.incident)
+        ranked = choose(env, reasoner, summary, leaf_infos(env.taxonomy), [])
+        predicted = ranked[0].label if ranked else None
+        return Outcome(predicted=predicted, confirmed=[predicted] if predicted else [],
+                       path=[f"choose {c.label} {c.score:.2f}" for c in ranked[:3]],
+                       checks=check_costs(None), usage=usage_of(reasoner, before))
+
+
+STRENGTH = {"strong": 2, "weak": 1}
+
+
+class CVD:
+    name = "cvd"
+    needs_embeddings = True
+
+    def diagnose(self, problem: Problem, env: Env) -> Outcome:
+        runner, reasoner = env.runner(), env.reasoner()
+        before = _snapshot(reasoner)
+        results = runner.run(runner.passive_ids())
+        summary = env.offline.summarize(problem.incident)
+        strength = {}
+        for leaf in env.taxonomy.leaves():
+            evidence = assess(leaf.evidence, [r for r in results if r.check in leaf.checks])
+            strength[leaf.label] = STRENGTH.get(evidence.strength, 0)
+        best = max(strength.values(), default=0)
+        tier = [info for info in leaf_infos(env.taxonomy) if strength[info.label] == best]
+        memory = [Observation(node="ROOT", result=r) for r in results]
+        ranked = choose(env, reasoner, summary, tier, memory)
+        predicted = ranked[0].label if ranked else None
+        word = {2: "strong", 1: "weak", 0: "no"}[best]
+        return Outcome(predicted=predicted, confirmed=[predicted] if predicted else [],
+                       path=[f"{len(tier)} leaves with {word} evidence"] + [f"choose {c.label}" for c in ranked[:3]],
+                       checks=check_costs(runner), usage=usage_of(reasoner, before))
+
+
+METHODS: dict[str, type] = {m.name: m for m in (AidAI, RCACopilot, TGD, DID, CVD)}
+
+
+def resolve_method(spec: str) -> Method:
+    """A method by name, or `package.module:Class` (tests plug fake methods in this way)."""
+    if spec in METHODS:
+        return METHODS[spec]()  # type: ignore[no-any-return]
+    module, sep, attr = spec.partition(":")
+    if not sep:
+        raise KeyError(f"unknown method {spec!r}; choose from {', '.join(METHODS)} (or module:Class)")
+    return getattr(importlib.import_module(module), attr)()  # type: ignore[no-any-return]
+
+
+def scenario_root(work: Path, method: str, problem: Problem) -> Path:
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in problem.id)
+    return work / method.replace(":", "_").replace("/", "_") / safe

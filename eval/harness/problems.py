@@ -1,0 +1,150 @@
+"""Problems (AIOpsLab's shape): an incident record, the simulated scenario its faults and noise build, and the
+evaluator that scores a prediction against the record's label at three levels (leaf, MAIN.SUB, MAIN).
+
+Also the unseen-incident set-up (AidAI Table 4): a taxonomy with some labels removed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from agent.checks.manifest import Manifest
+from agent.incident import Incident
+from agent.knowledge.incident_db import parse_record
+from agent.sim.scenario import create_scenario
+from agent.taxonomy import Taxonomy
+
+Level = Literal["leaf", "sub", "main"]
+LEVELS: tuple[Level, ...] = ("leaf", "sub", "main")
+DEFAULT_PROFILE = "H100-SXM-8"
+
+
+def at_level(label: str | None, level: Level) -> str | None:
+    """GPU.MEMORY.UNCORRECTABLE_ECC → itself (leaf), GPU.MEMORY (sub), GPU (main); None stays None."""
+    if not label:
+        return None
+    parts = label.split(".")
+    return {"leaf": label, "sub": ".".join(parts[:2]), "main": parts[0]}[level]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One incident under test. `record` is the JSONL object as read (faults keep their parameters)."""
+
+    record: dict[str, Any]
+
+    @property
+    def id(self) -> str:
+        return str(self.record["id"])
+
+    @property
+    def label(self) -> str:
+        return str(self.record["label"])
+
+    @property
+    def incident(self) -> Incident:
+        return Incident(text=self.record["description"], environment=self.record.get("environment", "") or "")
+
+    def materialize(self, root: Path) -> list[str]:
+        """Build the record's simulated host(s) under `root`; the host specs a method runs checks on."""
+        scenario = create_scenario(root, self.record.get("faults", []), self.record.get("noise", []),
+                                   self.record.get("profile") or DEFAULT_PROFILE, self.record.get("hosts") or None)
+        return [f"sim:{scenario.root}"]
+
+    def evaluate(self, predicted: str | None) -> dict[str, bool]:
+        """The evaluator: is the prediction right at each level (no prediction is right at none)."""
+        return {f"{level}_ok": predicted is not None and at_level(predicted, level) == at_level(self.label, level)
+                for level in LEVELS}
+
+
+class RecordsError(ValueError):
+    """The incident file cannot be used; the message lists every bad line."""
+
+
+def load_problems(path: str | Path) -> list[Problem]:
+    """Every record of an incident JSONL file (the history format: id, description, label, faults, ...)."""
+    problems: list[Problem] = []
+    bad: list[str] = []
+    seen: set[str] = set()
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise FileNotFoundError(f"cannot read incident file {path}: {exc.strerror or exc}") from None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+            parse_record(raw)
+        except (json.JSONDecodeError, ValueError) as exc:
+            bad.append(f"line {number}: {exc}")
+            continue
+        if raw["id"] in seen:
+            bad.append(f"line {number}: duplicate id {raw['id']!r}")
+            continue
+        seen.add(raw["id"])
+        problems.append(Problem(raw))
+    if bad:
+        raise RecordsError(f"{path}: {len(bad)} bad record(s):\n  " + "\n  ".join(bad[:20]))
+    if not problems:
+        raise RecordsError(f"{path}: no incident records")
+    return problems
+
+
+# ---- unseen incidents -------------------------------------------------------------------------------------
+def remove_labels(taxonomy: Taxonomy, labels: Iterable[str]) -> tuple[Taxonomy, list[str]]:
+    """The taxonomy without `labels` (and their subtrees). A node left with no children is removed too (the
+    schema wants a non-empty children list, and an internal node has no evidence rules to become a leaf), up to
+    the MAIN category. The manifest's node lists drop the removed labels, so the result validates.
+    Returns the new taxonomy and every removed label (leaves and internal nodes)."""
+    data = taxonomy.to_dict()
+    removed: list[str] = []
+    for label in labels:
+        node = taxonomy.node(label)  # KeyError with suggestions when unknown
+        if node is taxonomy.root:
+            raise KeyError("cannot remove ROOT")
+        if label in removed:
+            continue
+        parts = node.label.split(".")
+        while parts:
+            parent = _find(data, parts[:-1])
+            if parent is None:  # already gone with an ancestor
+                break
+            child = next((c for c in parent["children"] if c["name"] == parts[-1]), None)
+            if child is None:
+                break
+            parent["children"].remove(child)
+            prefix = ".".join(parts)
+            removed += [prefix] + [lb for lb in _labels(child, prefix) if lb not in removed]
+            if parent["children"] or len(parts) == 1:
+                break
+            del parent["children"]
+            parts = parts[:-1]  # the parent is now childless: remove it as well
+    if not data.get("children"):
+        raise ValueError("removing these labels leaves an empty taxonomy")
+    gone = set(removed)
+    manifest = Manifest(checks=[spec.model_copy(update={"nodes": [n for n in spec.nodes if n not in gone]})
+                                for spec in taxonomy.manifest.checks])
+    return Taxonomy.from_dict(data, manifest), list(dict.fromkeys(removed))
+
+
+def _find(data: dict[str, Any], names: list[str]) -> dict[str, Any] | None:
+    node: dict[str, Any] | None = data
+    for name in names:
+        node = next((c for c in (node or {}).get("children", []) if c["name"] == name), None)
+        if node is None:
+            return None
+    return node
+
+
+def _labels(node: dict[str, Any], prefix: str) -> list[str]:
+    out = []
+    for child in node.get("children", []):
+        label = f"{prefix}.{child['name']}"
+        out += [label, *_labels(child, label)]
+    return out
+

@@ -1,0 +1,159 @@
+"""The benchmark's Markdown tables and JSON files: `<tag>.md`, `<tag>.metrics.json` and `<tag>.rows.jsonl` in the
+output directory, plus `metrics.json` there, which keeps every tag's metrics side by side."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from agent.paths import ROOT
+
+UNDEFINED = "undefined"
+
+
+def commit() -> str:
+    """The short commit of the checkout, marked when the tree has uncommitted changes."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{head or 'unknown'}{' + uncommitted changes' if dirty else ''}"
+
+
+def _f(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return UNDEFINED
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return lines
+
+
+def markdown(tag: str, metrics: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
+    methods = list(metrics)
+    out = [f"# Diagnosis benchmark: {tag}", "",
+           f"{meta['date']} · commit {meta['commit']} · `{meta['command']}`", "",
+           f"Incidents: {meta['incidents']} ({meta['n']}) · history DB: {meta['history']} · reasoner: {meta['llm']}"
+           f" · {meta['workers']} worker process(es) · run {meta['wall_s']} s", "",
+           "Prediction = the top confirmed leaf; an escalated incident (or a failed run) has no prediction: a miss "
+           "for recall, not a false positive. Precision is undefined when nothing is predicted. Check seconds are "
+           "the manifest's expected cost of the checks run (per host), i.e. what a real run would spend; wall "
+           "seconds are the simulation's, and 'excl. check waits' subtracts the time spent waiting for the simulated "
+           "checks: the method's own time.", "", "## Accuracy", ""]
+    rows = []
+    for name in methods:
+        m = metrics[name]
+        rows.append([name, m["n"], m["errors"], _f(m["resolved"]), _f(m["leaf"]["micro_precision"]),
+                     _f(m["leaf"]["micro_recall"]), _f(m["leaf"]["micro_f1"]), _f(m["leaf"]["macro_f1"]),
+                     _f(m["sub"]["micro_f1"]), _f(m["sub"]["macro_f1"]), _f(m["main"]["micro_f1"]),
+                     _f(m["main"]["macro_f1"])])
+    out += _table(["method", "n", "errors", "resolved", "leaf P", "leaf R", "leaf micro-F1", "leaf macro-F1",
+                   "sub micro-F1", "sub macro-F1", "main micro-F1", "main macro-F1"], rows)
+    out += ["", "## Efficiency per incident", ""]
+    rows = [[name, _f(m["checks_per_incident"], 1), _f(m["active_checks_per_incident"], 1),
+             _f(m["check_seconds_per_incident"], 1), _f(m["active_check_seconds_per_incident"], 1),
+             _f(m["llm_calls_per_incident"], 2), _f(m["tokens_in_per_incident"], 0),
+             _f(m["tokens_out_per_incident"], 0), _f(m["wall_s_median"], 2), _f(m["reason_s_median"], 2),
+             _f(m["reason_s_p90"], 2)]
+            for name, m in metrics.items()]
+    out += _table(["method", "checks", "of them active", "check s (expected)", "of them active", "LLM calls",
+                   "tokens in", "tokens out", "wall s median", "excl. check waits: median", "p90"], rows)
+    near = {name: m for name, m in metrics.items() if m.get("nearest_history_median") is not None}
+    if near:
+        out += ["", "Closest past incident retrieved (cosine similarity; how near the history is to the incidents "
+                "under test): " + "; ".join(f"{name} median {_f(m['nearest_history_median'], 2)}, max "
+                                            f"{_f(m['nearest_history_max'], 2)}" for name, m in near.items()) + "."]
+    piped = {name: m for name, m in metrics.items() if m.get("pipeline_share")}
+    if piped:
+        out += ["", "## Resolved by pipeline (AidAI Table 3)", "",
+                "Share of all incidents resolved by pipeline 1, 1+2, 1+2+3 (with the right leaf in brackets). "
+                "Pipeline 3 resolves only after user feedback, which a batch run has none of; its suggestions for "
+                "escalated incidents are counted in the last column.", ""]
+        rows = []
+        for name, m in piped.items():
+            share, right = m["pipeline_share"], m["pipeline_share_correct"]
+            rows.append([name] + [f"{_f(share[k])} ({_f(right[k])})" for k in ("1", "1+2", "1+2+3")]
+                        + [m["escalated"], m["escalated_explored_right_sub"]])
+        out += _table(["method", "p1", "p1+2", "p1+2+3", "escalated",
+                       "escalated, exploration names the right MAIN.SUB"], rows)
+    out += ["", "## Per category (leaf level: F1, precision / recall)", ""]
+    categories = sorted({c for m in metrics.values() for c in m["per_category"]})
+    rows = []
+    for cat in categories:
+        n = next((m["per_category"][cat]["n"] for m in metrics.values() if cat in m["per_category"]), 0)
+        cells = []
+        for m in metrics.values():
+            s = m["per_category"].get(cat)
+            cells.append(f"{_f(s['leaf']['f1'])} ({_f(s['leaf']['precision'], 2)} / {_f(s['leaf']['recall'], 2)})"
+                         if s else "—")
+        rows.append([cat, n, *cells])
+    out += _table(["category", "n", *methods], rows)
+    out += ["", "## Misses", ""]
+    for name, m in metrics.items():
+        out += [f"### {name} ({len(m['misses'])})", ""]
+        if not m["misses"]:
+            out += ["none", ""]
+            continue
+        rows = []
+        for x in m["misses"]:
+            outcome = x["outcome"] + (f": {x['error']}" if x["error"] else "")
+            rows.append([x["id"], x["label"], x["predicted"] or "—", outcome,
+                         "—" if x["pipeline"] is None else x["pipeline"], "; ".join(x["path"][-6:])[:400]])
+        out += _table(["id", "label", "predicted", "outcome", "pipeline", "path"], rows)
+        out.append("")
+    for name, m in metrics.items():
+        unseen = m.get("unseen")
+        if not unseen:
+            continue
+        out += [f"## Unseen labels ({name}; AidAI Table 4)", "",
+                f"Removed from the taxonomy and the history: {', '.join(unseen['removed'])}. Accuracy after = the "
+                "prediction lands under the nearest remaining ancestor (a sibling leaf).", "",
+                f"Affected incidents: {unseen['affected']} · accuracy before: {_f(unseen['accuracy_before'])} · "
+                f"after: {_f(unseen['accuracy_after'])} · right category after: "
+                f"{_f(unseen['main_accuracy_after'])} · escalated: {_f(unseen['escalated'])}", ""]
+        out += _table(["removed label", "incidents", "accuracy before", "accuracy after (sibling)",
+                       "right category after", "escalated"],
+                      [[label, s["affected"], _f(s["accuracy_before"]), _f(s["accuracy_after"]),
+                        _f(s["main_accuracy_after"]), _f(s["escalated"])] for label, s in unseen["by_label"].items()])
+        out.append("")
+        out += _table(["id", "removed label", "before", "after", "what happened", "path"],
+                      [[r["id"], r["label"], r["before"] or "—", r["predicted"] or "—", r["outcome"],
+                        "; ".join(r["path"][-5:])[:300]] for r in unseen["rows"]])
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def write(out_dir: Path, tag: str, metrics: dict[str, dict[str, Any]], rows: list[dict[str, Any]],
+          meta: dict[str, Any]) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md = out_dir / f"{tag}.md"
+    md.write_text(markdown(tag, metrics, meta), encoding="utf-8")
+    per_tag = out_dir / f"{tag}.metrics.json"
+    per_tag.write_text(json.dumps({"meta": meta, "methods": metrics}, indent=1), encoding="utf-8")
+    rows_file = out_dir / f"{tag}.rows.jsonl"
+    rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    combined = out_dir / "metrics.json"
+    try:
+        everything = json.loads(combined.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        everything = {}
+    everything[tag] = {"meta": meta, "methods": {name: {k: v for k, v in m.items() if k != "misses"}
+                                                  for name, m in metrics.items()}}
+    combined.write_text(json.dumps(everything, indent=1, sort_keys=True), encoding="utf-8")
+    return [md, per_tag, rows_file, combined]
+
+
+def meta(command: str, incidents: str, n: int, history: str, llm: str, workers: int, wall_s: float) -> dict[str, Any]:
+    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit(), "command": command,
+            "incidents": incidents, "n": n, "history": history, "llm": llm, "workers": workers, "wall_s": wall_s}
