@@ -7,7 +7,7 @@ DEV_INCIDENTS ?= ../shared/eval/dev_incidents.jsonl
 BENCH_OUT ?= eval/results/diagnosis
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install sshd test test-llm lint demo bench eval clean bench-diagnosis
+.PHONY: install sshd test test-llm lint demo bench eval clean bench-diagnosis bench-l4 bench-reveal
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,8 +35,19 @@ test-llm: install
 demo: install
 	$(BIN)/aidai demo
 
-bench: install bench-diagnosis
+bench: install bench-diagnosis bench-l4 bench-reveal
 	$(BIN)/python -m eval.bench_checks
+
+# L4 log localizer: throughput vs plain Drain3, Loghub grouping accuracy (research-only data, read in place),
+# 200 simulated faulty jobs, broken files. Tables in eval/results/l4.md.
+LOGHUB ?= ../shared/fixtures/real/loghub
+bench-l4: install
+	$(BIN)/python -m eval.bench_l4 --loghub $(LOGHUB)
+
+# Reveal on the real Exathlon traces (clean false-positive rate, injected anomalies), collector overhead,
+# preflight on simulated hosts. Tables in eval/results/reveal.md.
+bench-reveal: install
+	$(BIN)/python -m eval.bench_reveal --out eval/results/reveal.md
 
 # Diagnosis on the dev incidents (../shared/eval/dev_incidents.jsonl): ours only, history = the seed DB.
 eval: install

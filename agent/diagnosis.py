@@ -19,6 +19,7 @@ from typing import Any
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
+from agent import pretriage
 from agent.checks.runner import CheckRunner
 from agent.executors.hosts import SshOptions, executors_for
 from agent.graph.build import Approval, DiagnosisGraph, Emit, GraphTools, initial_state
@@ -53,6 +54,7 @@ class DiagnoseOptions:
     knowledge: bool = True  # pipeline 3's knowledge base
     kb_dir: str | None = None  # markdown KB to read instead of the bundled knowledge/kb
     max_feedback_rounds: int = 0  # exploration questions asked before escalating (0: none, batch runs)
+    pretriage: list[str] = field(default_factory=lambda: ["preflight", "l4", "reveal"])  # see agent/pretriage.py
     checkpoint: bool = True
 
 
@@ -107,6 +109,7 @@ class Diagnoser:
             taxonomy=self.taxonomy, reasoner=self.reasoner, runner=self.runner,
             retrieve=self.retrieval.similar if self.options.history else None,
             kb_query=self.retrieval.passages if self.options.knowledge else None,
+            pretriage=pretriage.tools(self.options.pretriage, self.runner),
             emit=emit or (lambda event: None), approval=self.options.approval,
             max_feedback_rounds=self.options.max_feedback_rounds)
         self._conn: sqlite3.Connection | None = None
@@ -115,6 +118,8 @@ class Diagnoser:
     # ---- runs ---------------------------------------------------------------------------------------------
     def run(self, incident: Incident, answer: Answer | None = None, run_id: str | None = None) -> Report:
         run_id = run_id or new_run_id()
+        if not incident.hosts:  # what preflight and the ticket see: the hosts the checks run on
+            incident = incident.model_copy(update={"hosts": list(self.options.hosts)})
         if self.options.checkpoint:
             save_run(self.options, run_id, incident)
         return self._drive(initial_state(incident), run_id, answer)

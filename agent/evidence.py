@@ -55,3 +55,18 @@ def assess(rules: list[str], results: list[CheckResult]) -> Evidence:
 
 def _unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
+
+
+def unexplained(results: list[CheckResult], explaining: list[list[str]], explainable: list[list[str]]) -> list[str]:
+    """FAIL findings that the rules of some leaf (`explainable`) would match but none of the `explaining` leaves'
+    rules do: evidence of a cause not found yet."""
+    def matches(rule_sets: list[list[str]], check: str, finding: str) -> bool:
+        return any(c == check and pattern.fullmatch(finding) for rules in rule_sets for c, pattern in map(_rule, rules))
+
+    out = []
+    for result in results:
+        for finding in result.findings:
+            if (finding.severity == "FAIL" and not matches(explaining, result.check, finding.id)
+                    and matches(explainable, result.check, finding.id)):
+                out.append(f"{result.check}:{finding.id}@{finding.entity or result.host}")
+    return _unique(out)

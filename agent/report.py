@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agent.graph.state import load_judgements, load_results
-from agent.models import CheckResult
+from agent.models import CheckResult, ToolResult
 from agent.reasoning.base import ExplorationHypothesis, LeafJudgement, PastIncident, Usage
 from agent.taxonomy import Taxonomy
 
@@ -42,6 +42,7 @@ class Report(BaseModel):
     hypotheses: list[LeafJudgement] = Field(default_factory=list)  # every leaf tested, with its verdict
     results: list[CheckResult] = Field(default_factory=list)  # every check run, one per (host, check)
     similar: list[PastIncident] = Field(default_factory=list)
+    pretriage: list[ToolResult] = Field(default_factory=list)  # L4, Reveal, preflight ... on the attachments
     exploration: list[ExplorationHypothesis] = Field(default_factory=list)
     feedback: list[str] = Field(default_factory=list)
     checks_run: int = 0
@@ -97,6 +98,7 @@ def build_report(run_id: str, state: dict[str, Any], taxonomy: Taxonomy, *, usag
         path=[PathStep.model_validate(step) for step in state.get("path", [])],
         hypotheses=load_judgements(state),  # type: ignore[arg-type]
         results=results, similar=[PastIncident.model_validate(p) for p in state.get("similar", [])],
+        pretriage=[ToolResult.model_validate(t) for t in state.get("pretriage", [])],
         exploration=[ExplorationHypothesis.model_validate(h) for h in state.get("exploration", [])],
         feedback=list(state.get("feedback", [])), checks_run=len(results),
         check_seconds=round(sum(r.duration_s for r in results), 3), reasoner=reasoner,

@@ -38,6 +38,11 @@ def ticket_data(report: Report, hostnames: list[str] | None = None) -> dict[str,
                                  for f in r.failing()[:MAX_FINDINGS]],
                     "duration_s": r.duration_s, "output_sha256": r.output_sha256} for r in report.results],
         "similar_incidents": [{"id": p.id, "label": p.label, "score": p.score} for p in report.similar[:5]],
+        "pretriage": [{"tool": t.tool, "status": t.status, "summary": t.summary or t.reason, "hosts": t.hosts[:10],
+                       "findings": [f"{f.severity} {f.id} {f.entity}: {f.message}".strip()
+                                    for f in t.findings[:MAX_FINDINGS]],
+                       "priors": dict(sorted(t.priors.items(), key=lambda kv: -kv[1])[:5])}
+                      for t in report.pretriage],
         "next_steps": [h.model_dump(mode="json") for h in report.exploration],
         "customer_feedback": report.feedback,
         "usage": {"reasoner": report.reasoner, "llm_calls": report.llm_calls, "tokens": report.tokens},
@@ -86,6 +91,13 @@ def render_markdown(data: dict[str, Any]) -> str:
         out += ["", "<details><summary>commands</summary>", "", "```"]
         out += [f"# {check}: {cmd}" for check, cmd in dict.fromkeys(commands)]
         out += ["```", "</details>"]
+    if data["pretriage"]:
+        out += ["", "## Pre-triage", ""]
+        for tool in data["pretriage"]:
+            out.append(f"- **{tool['tool']}** ({tool['status']}): {_md_escape(tool['summary'])}")
+            if tool["hosts"]:
+                out.append(f"  - check first: {', '.join(tool['hosts'])}")
+            out += [f"  - {_md_escape(f)}" for f in tool["findings"]]
     if data["similar_incidents"]:
         out += ["", "## Similar past incidents", ""]
         out += [f"- {p['id']}: {p['label']} (similarity {p['score']:.2f})" for p in data["similar_incidents"]]

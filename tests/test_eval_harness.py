@@ -16,7 +16,7 @@ from agent.cli.main import app
 from agent.taxonomy import load_taxonomy
 from eval.harness.methods import Env, Outcome
 from eval.harness.metrics import compute_metrics, unseen_metrics
-from eval.harness.problems import Problem, load_problems, remove_labels
+from eval.harness.problems import Problem, RecordsError, load_problems, remove_labels
 from eval.harness.report import markdown
 from eval.harness.runner import RunConfig, run_benchmark
 
@@ -242,3 +242,15 @@ def test_cli_rejects_bad_input(tmp_path: Path) -> None:
     incidents.write_text(json.dumps(RECORDS[0]) + "\n")
     result = CliRunner().invoke(app, ["eval", "--incidents", str(incidents), "--method", "nope"])
     assert result.exit_code == 2 and "unknown method" in result.output
+
+
+def test_a_bad_incident_file_names_every_bad_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    good = {"id": "a", "description": "Xid 48 on GPU 1", "label": ECC, "profile": "A100-SXM-8",
+            "faults": [{"fault": "gpu.ecc_uncorrectable", "gpu": 1}]}
+    path.write_text(json.dumps(good) + "\nnot json\n" + json.dumps({**good, "description": "again"}) + "\n")
+    with pytest.raises(RecordsError) as caught:
+        load_problems(path)
+    assert "line 2: invalid JSON" in str(caught.value) and "line 3: duplicate id" in str(caught.value)
+    path.write_text(json.dumps(good) + "\n")
+    assert load_problems(path)[0].record == good  # kept as read: fault params and profile reach the simulator

@@ -211,3 +211,11 @@ def test_renderers_real_layouts(tmp_path: Path) -> None:
         "dpkg-query", "-W", "-f=${db:Status-Abbrev}\t${Package}\t${Version}\n").stdout
     assert run("nvcc", "--version").stdout.splitlines()[3] == "Cuda compilation tools, release 12.2, V12.2.140"
     assert not Path(env["AIDAI_SYSROOT"], "scratch/data").exists()
+
+
+def test_a_gemm_probe_the_cuda_stack_cannot_run_is_not_a_faulty_gpu(tmp_path: Path) -> None:
+    env = host_env(tmp_path, [{"fault": "cuda.arch_unsupported", "arch": "sm_86"}])
+    probe = check("gpu_exec", env, samples=1)
+    assert probe["verdict"] == "UNKNOWN" and "no kernel image" in probe["summary"]
+    assert not fails(probe)  # nothing for GPU.HARDWARE.FAULTY_GPU's rules to match
+    assert "no_kernel_image" in fails(check("cuda_exec", env, samples=1))

@@ -642,6 +642,39 @@ def line_epoch(line, boot=None, now=None):
     return None
 
 
+# (finding id, substring of the CUDA/torch error text, severity)
+CUDA_ERROR_KINDS = [
+    ("ecc_uncorrectable", "uncorrectable ECC error", "FAIL"),
+    ("driver_insufficient", "driver version is insufficient for CUDA runtime version", "FAIL"),
+    ("driver_insufficient", "driver on your system is too old", "FAIL"),
+    ("driver_mismatch", "unsupported display driver / cuda driver combination", "FAIL"),
+    ("fabric_not_initialized", "system not yet initialized", "FAIL"),
+    ("no_kernel_image", "no kernel image is available for execution on the device", "FAIL"),
+    ("invalid_device_ordinal", "invalid device ordinal", "FAIL"),
+    ("no_driver", "Found no NVIDIA driver", "FAIL"),
+    ("no_device", "no CUDA-capable device is detected", "FAIL"),
+    ("no_device", "No CUDA GPUs are available", "FAIL"),
+    ("illegal_memory_access", "an illegal memory access was encountered", "FAIL"),
+    ("out_of_memory", "out of memory", "WARN"),
+    ("cuda_unknown_error", "unknown error", "FAIL"),
+]
+
+
+# errors that say the software stack cannot use the GPU at all: a probe failing with one of these says nothing
+# about the GPU's health
+CUDA_SETUP_ERRORS = {"driver_insufficient", "driver_mismatch", "fabric_not_initialized", "no_kernel_image",
+                     "invalid_device_ordinal", "no_driver", "no_device"}
+
+
+def classify_cuda_error(text):
+    """(finding id, severity) of a CUDA/torch error message."""
+    lowered = text.lower()
+    for kind, needle, severity in CUDA_ERROR_KINDS:
+        if needle.lower() in lowered:
+            return kind, severity
+    return "cuda_error", "FAIL"
+
+
 def nvsmi_error(cmd):
     """Why an nvidia-smi call gave no usable output (driver errors quoted as printed), or None."""
     if cmd.missing or cmd.timed_out:

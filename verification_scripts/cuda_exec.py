@@ -60,24 +60,6 @@ for i in range(count):
         emit(kind="gpu", gpu=i, name=name, ok=False, error=str(exc))
 '''
 
-# (finding id, substring of the CUDA/torch error text, severity)
-ERROR_KINDS = [
-    ("ecc_uncorrectable", "uncorrectable ECC error", "FAIL"),
-    ("driver_insufficient", "driver version is insufficient for CUDA runtime version", "FAIL"),
-    ("driver_insufficient", "driver on your system is too old", "FAIL"),
-    ("driver_mismatch", "unsupported display driver / cuda driver combination", "FAIL"),
-    ("fabric_not_initialized", "system not yet initialized", "FAIL"),
-    ("no_kernel_image", "no kernel image is available for execution on the device", "FAIL"),
-    ("invalid_device_ordinal", "invalid device ordinal", "FAIL"),
-    ("no_driver", "Found no NVIDIA driver", "FAIL"),
-    ("no_device", "no CUDA-capable device is detected", "FAIL"),
-    ("no_device", "No CUDA GPUs are available", "FAIL"),
-    ("illegal_memory_access", "an illegal memory access was encountered", "FAIL"),
-    ("out_of_memory", "out of memory", "WARN"),
-    ("cuda_unknown_error", "unknown error", "FAIL"),
-]
-
-
 def run_probe(check, python, source, args, timeout, env=None):
     """Run the probe from a private temp dir: a short command line in the evidence, and nothing else on
     the probe's sys.path[0] that could shadow torch."""
@@ -89,14 +71,6 @@ def run_probe(check, python, source, args, timeout, env=None):
         return check.run([python, path, *args], timeout=timeout, env=env)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def classify(text):
-    lowered = text.lower()
-    for kind, needle, severity in ERROR_KINDS:
-        if needle.lower() in lowered:
-            return kind, severity
-    return "cuda_error", "FAIL"
 
 
 def first_error_line(text):
@@ -127,7 +101,7 @@ def report_init(check, init):
         check.fail("no_device", "host", "torch sees no CUDA device (is_available() is False) and gave no reason")
         return
     text = texts[0]
-    kind, severity = classify(text)
+    kind, severity = checklib.classify_cuda_error(text)
     line = first_error_line(text)
     check.finding(kind, severity, "host", "CUDA initialisation failed: %s" % line, line)
 
@@ -175,7 +149,7 @@ def body(check):
             ok += 1
             continue
         line = first_error_line(result.get("error", ""))
-        kind, severity = classify(line)
+        kind, severity = checklib.classify_cuda_error(line)
         check.finding(kind, severity, entity, "%s: %s" % (entity, line), line)
     check.metrics["ok"] = ok
     check.metrics["failed_gpus"] = [i for i in range(count) if not (results.get(i) or {}).get("ok")]

@@ -156,15 +156,21 @@ def body(check):
         if e.get("kind") == "gpu":
             (errors if e.get("error") else results)[e["gpu"]] = e
     started = [e["gpu"] for e in events if e.get("kind") == "start"]
-    busy = []
+    busy, setup = [], []
     for i in range(count):
         check.targets.append("GPU%d" % i)
         if i in errors:
             line = checklib.first_line(errors[i]["error"])
+            kind = checklib.classify_cuda_error(line)[0]
             if "out of memory" in line:
                 # another process holds the GPU: the test could not run, the GPU is not at fault
                 busy.append(i)
                 check.info("gpu_busy", "GPU%d" % i, "GPU%d: not tested, its memory is in use: %s" % (i, line), line)
+            elif kind in checklib.CUDA_SETUP_ERRORS:
+                # the stack cannot run any kernel here (arch not compiled in, driver too old): not the GPU's fault
+                setup.append(i)
+                check.info("probe_" + kind, "GPU%d" % i, "GPU%d: not tested, the CUDA stack cannot run kernels: %s"
+                           % (i, line), line)
             else:
                 check.fail("gemm_error", "GPU%d" % i, "GPU%d: GEMM probe failed: %s" % (i, line), line)
         elif i not in results and i in started:
@@ -176,6 +182,9 @@ def body(check):
         check.info("not_tested", ",".join("GPU%d" % i for i in missing), "not tested after the probe stopped")
     if busy and not results and not any(f["severity"] == "FAIL" for f in check.findings):
         check.unknown("GPUs %s are busy (out of memory): the GEMM test needs idle GPUs" % busy)
+    if setup and not results and not any(f["severity"] == "FAIL" for f in check.findings):
+        check.unknown("the GEMM probe could not run on GPUs %s: %s (a software set-up problem, which says nothing "
+                      "about the GPUs' health)" % (setup, checklib.first_line(errors[setup[0]]["error"])))
     if results:
         judge_correctness(check, results)
         judge_speed(check, results)

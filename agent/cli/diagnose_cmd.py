@@ -79,17 +79,34 @@ def clean_errors(console: Console) -> Iterator[None]:
         raise typer.Exit(EXIT_BAD_INPUT) from None
 
 
-def make_incident(text: str, environment: str = "", hosts: list[str] | None = None) -> Incident:
+def make_incident(text: str, environment: str = "", hosts: list[str] | None = None,
+                  attachments: dict[str, Path | None] | None = None) -> Incident:
     """Incident(...) with its validation error turned back into the IncidentError it carries."""
     from pydantic import ValidationError
 
+    attached = {kind: path for kind, path in (attachments or {}).items() if path is not None}
+    for kind, path in attached.items():
+        if not path.exists():
+            raise IncidentError(f"--{ATTACHMENT_FLAGS[kind]} {path}: no such file or directory")
     try:
-        return Incident(text=text, environment=environment or "", hosts=list(hosts or []))
+        return Incident(text=text, environment=environment or "", hosts=list(hosts or []),
+                        attachments={kind: str(path) for kind, path in attached.items()})
     except ValidationError as exc:
         error = exc.errors()[0]
         cause = (error.get("ctx") or {}).get("error")
         message = str(cause) if cause else str(error.get("msg", exc)).removeprefix("Value error, ")
         raise IncidentError(message) from None
+
+
+ATTACHMENT_FLAGS = {"logs": "logs", "success": "success-logs", "telemetry": "telemetry"}
+LogsOpt = Annotated[Path | None, typer.Option("--logs", metavar="DIR", help="The job's logs (a file per node or "
+                                              "rank, or torchrun's interleaved file): L4 ranks the suspicious nodes "
+                                              "first.")]
+SuccessLogsOpt = Annotated[Path | None, typer.Option("--success-logs", metavar="DIR", help="Logs of a successful "
+                                                     "job with the same setup: L4 ignores the events they have too.")]
+TelemetryOpt = Annotated[Path | None, typer.Option("--telemetry", metavar="FILE", help="Host metrics (CSV or "
+                                                   "Parquet with a timestamp column): Reveal finds anomalous "
+                                                   "windows.")]
 
 
 def read_incident_text(text: str | None, file: Path | None) -> str:
@@ -164,6 +181,9 @@ def diagnose(
     environment: Annotated[str, typer.Option("--environment", "-e", metavar="ENV",
                                              help="GPU model, driver, CUDA/NCCL/torch versions, VM size.")] = "",
     host: HostOpt = None,
+    logs: LogsOpt = None,
+    success_logs: SuccessLogsOpt = None,
+    telemetry: TelemetryOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the report contract as JSON on stdout "
                                                          "(progress stays on stderr).")] = False,
     ticket: TicketOpt = None,
@@ -204,7 +224,8 @@ def diagnose(
                 options.approval = "all" if approve_active else "ask"
             err.print(f"[dim]resuming run {escape(resume)} on {escape(', '.join(options.hosts))}[/]", highlight=False)
         else:
-            incident = make_incident(read_incident_text(text, file), environment, host)
+            incident = make_incident(read_incident_text(text, file), environment, host,
+                                     {"logs": logs, "success": success_logs, "telemetry": telemetry})
             hosts = list(host or ["local"])
             err.print(f"[dim]aidai: diagnosing on {escape(', '.join(hosts))} (reasoner {escape(llm)}, active "
                       f"checks: {'all' if approve_active else 'ask' if ask else 'not run'})[/]", highlight=False,

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import typer
 
-from agent.cli import chat_cmd, checks_cmd, demo_cmd, diagnose_cmd, eval_cmd, kb_cmd, sim_cmd, taxonomy_cmd
+from agent.cli import (
+    chat_cmd,
+    checks_cmd,
+    demo_cmd,
+    diagnose_cmd,
+    eval_cmd,
+    kb_cmd,
+    l4_cmd,
+    preflight_cmd,
+    reveal_cmd,
+    sim_cmd,
+    taxonomy_cmd,
+)
 
 app = typer.Typer(help="aidai: diagnosis assistant for AI workload incidents on GPU machines.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -16,6 +28,9 @@ app.command("diagnose")(diagnose_cmd.diagnose)
 app.command("chat")(chat_cmd.chat)
 app.command("demo")(demo_cmd.demo)
 app.command("eval")(eval_cmd.eval_command)
+app.add_typer(l4_cmd.app, name="l4")
+app.add_typer(reveal_cmd.app, name="reveal")
+app.command("preflight")(preflight_cmd.preflight)
 
 if __name__ == "__main__":
     app()

@@ -107,7 +107,10 @@ class ProgressView:
         self.set("searching similar past incidents (the first search loads the embedding model)")
 
     def _on_pretriage(self, e: dict[str, Any]) -> None:
-        self.line(f"pre-triage: {len(e.get('results', []))} finding(s) from the attachments")
+        for tool in e.get("results", []):
+            style = "red" if tool.get("status") == "error" else "dim"
+            text = tool.get("summary") or tool.get("reason") or tool.get("status", "")
+            self.line(f"[{style}]pre-triage {escape(tool.get('tool', ''))}: {escape(_clip(text, 200))}[/]")
 
     def _on_history(self, e: dict[str, Any]) -> None:
         similar = e.get("similar", [])

@@ -22,6 +22,7 @@ from langgraph.types import interrupt
 
 from agent.agents import conclusion, execution, planning, reflection, summarization
 from agent.checks.runner import CheckRunner
+from agent.evidence import unexplained
 from agent.graph.state import (
     DiagnosisState,
     Frame,
@@ -143,9 +144,15 @@ class DiagnosisGraph:
             for label, score in result.priors.items():
                 if label in known:
                     priors[label] = max(priors.get(label, 0.0), score)
+        update: dict[str, Any] = {"pretriage": found, "pretriage_priors": priors}
+        suspects = [h for r in found if r["status"] == "ok" for h in r["hosts"][:5]]
+        if suspects:  # the hosts the tools point at come first in the summary: check them first
+            summary = self._summary(state)
+            summary.entities.hosts = list(dict.fromkeys([*suspects, *summary.entities.hosts]))
+            update["summary"] = summary.model_dump(mode="json")
         if found:
             self.t.emit({"type": "pretriage", "results": found})
-        return {"pretriage": found, "pretriage_priors": priors}
+        return update
 
     def historical(self, state: DiagnosisState) -> dict[str, Any]:
         summary = self._summary(state)
@@ -173,6 +180,13 @@ class DiagnosisGraph:
                 siblings = [n.label for n in self.t.taxonomy.node(label).siblings if n.is_leaf]
                 hypotheses += [s for s in siblings if s not in tested and s not in hypotheses]
         confirmed = [j for j in judgements if j.status == "confirmed"]
+        if confirmed and (left := unexplained(load_results({**state, **update}),  # type: ignore[arg-type]
+                                              [self.t.taxonomy.node(j.label).evidence for j in confirmed],
+                                              [leaf.evidence for leaf in self.t.taxonomy.leaves()])):
+            # history found a cause, but some failure it does not explain: search the taxonomy for the rest
+            path.append({"pipeline": 1, "node": "ROOT", "action": "continue",
+                         "detail": "not explained: " + ", ".join(left[:5])})
+            confirmed = []
         update.update({"judgements": [j.model_dump(mode="json") for j in judgements], "path": path,
                        "memory": memory, "pipeline": 1 if confirmed else 0})
         return update
@@ -286,7 +300,11 @@ class DiagnosisGraph:
         judgements = load_judgements(state)
         ordered = conclusion.order([j for j in judgements if j.status == "confirmed"])
         text = conclusion.explain(self.t.reasoner, self._summary(state), ordered, load_memory(state))
-        pipeline = state.get("pipeline", 0) or (0 if not ordered else 3 if state.get("feedback") else 2)
+        # the pipeline that first confirmed the primary cause (after the user's feedback, pipeline 2 counts as 3)
+        pipeline = next((step["pipeline"] for step in state.get("path", []) if ordered
+                         and step["node"] == ordered[0].label and step["action"] == "confirmed"), 0)
+        if pipeline == 2 and state.get("feedback"):
+            pipeline = 3
         result = {"resolved": bool(ordered), "pipeline": pipeline,
                   "root_causes": [j.model_dump(mode="json") for j in ordered], "explanation": text}
         self.t.emit({"type": "conclusion", **result})

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from agent.checks.manifest import Manifest
 from agent.incident import Incident
-from agent.knowledge.incident_db import parse_record
+from agent.knowledge.incident_db import read_jsonl
 from agent.sim.scenario import create_scenario
 from agent.taxonomy import Taxonomy
 
@@ -66,33 +66,16 @@ class RecordsError(ValueError):
 
 
 def load_problems(path: str | Path) -> list[Problem]:
-    """Every record of an incident JSONL file (the history format: id, description, label, faults, ...)."""
-    problems: list[Problem] = []
-    bad: list[str] = []
-    seen: set[str] = set()
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise FileNotFoundError(f"cannot read incident file {path}: {exc.strerror or exc}") from None
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            raw = json.loads(line)
-            parse_record(raw)
-        except (json.JSONDecodeError, ValueError) as exc:
-            bad.append(f"line {number}: {exc}")
-            continue
-        if raw["id"] in seen:
-            bad.append(f"line {number}: duplicate id {raw['id']!r}")
-            continue
-        seen.add(raw["id"])
-        problems.append(Problem(raw))
-    if bad:
+    """Every record of an incident JSONL file (the history format: id, description, label, faults, ...), kept as
+    read: fault parameters and a record's `profile` go to the simulator untouched."""
+    good, rejected = read_jsonl(path)  # FileNotFoundError with the reason when unreadable
+    if rejected:
+        bad = [f"line {r.line}: {r.reason}" for r in rejected]
         raise RecordsError(f"{path}: {len(bad)} bad record(s):\n  " + "\n  ".join(bad[:20]))
-    if not problems:
+    if not good:
         raise RecordsError(f"{path}: no incident records")
-    return problems
+    lines = Path(path).read_bytes().splitlines()
+    return [Problem(json.loads(lines[number - 1].decode("utf-8-sig"))) for number, _ in good]
 
 
 # ---- unseen incidents -------------------------------------------------------------------------------------

@@ -1,0 +1,219 @@
+"""The L4 pipeline: scan files -> templates -> cross-job filter -> temporal + spatial comparison -> stage -> result.
+
+Failure-indicating events are the templates that survive the cross-job filter, are not part of the regular
+iteration pattern, and occur where the job went wrong: after a file's last iteration (the crash or hang) or in a
+suspicious iteration. Nodes are ranked by an Isolation Forest over their counts of the surviving events.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, Field, PrivateAttr
+
+from agent.l4 import filtering, sequences, spatial, stages, temporal
+from agent.l4.patterns import PatternLibrary, PatternMatch
+from agent.l4.reader import LogError, discover
+from agent.l4.scan import FileScan
+from agent.l4.templates import TemplateMiner, canonical, fold_digits
+
+REGULAR_MIN_SEGMENTS = 3  # an event in this many normal iterations (and REGULAR_FRACTION of them) is routine
+REGULAR_FRACTION = 0.1
+MAX_EVENT_NODES = 20
+WIDESPREAD = 0.75  # a failure event logged by this fraction of the nodes is a job-wide report (watchdog timeouts)
+
+
+class NodeOut(BaseModel):
+    node: str
+    score: float
+    events: list[str]  # templates that make the node deviate; "missing: ..." when it lacks what others log
+
+
+class EventOut(BaseModel):
+    id: str
+    template: str
+    count: int
+    nodes: list[str]  # at most MAX_EVENT_NODES, most lines first
+    example: str = ""
+
+
+class IterationOut(BaseModel):
+    iteration: int
+    score: float
+    nodes: list[str]
+    events: list[str]
+
+
+class SkippedFile(BaseModel):
+    path: str
+    reason: str
+
+
+class TemplateOut(BaseModel):
+    id: str
+    template: str
+    count: int
+
+
+class L4Result(BaseModel):
+    nodes: list[NodeOut] = Field(default_factory=list)
+    events: list[EventOut] = Field(default_factory=list)
+    stage: str = "unknown"
+    iterations: list[IterationOut] = Field(default_factory=list)
+    patterns: list[PatternMatch] = Field(default_factory=list)
+    skipped_files: list[SkippedFile] = Field(default_factory=list)
+    lines: int = 0
+    seconds: float = 0.0
+    files: int = 0
+    success_jobs: int = 0
+    templates: list[TemplateOut] = Field(default_factory=list)  # every template of the failed job, saved with it
+    _shape_template: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def template_of(self, line: str) -> str | None:
+        """The template id this run gave to a raw line's shape (None if no such shape was seen)."""
+        return self._shape_template.get(canonical(fold_digits(line.encode()).decode()))
+
+
+def scan_all(files: list, engine: str = "local", scheduler: str | None = None) -> list[FileScan]:
+    from agent.l4.dask_stage import scan_files
+
+    return scan_files(files, engine=engine, scheduler=scheduler)
+
+
+def localize(logs: str | Path, success: list[str | Path] | None = None, *, engine: str = "auto",
+             scheduler: str | None = None, library: PatternLibrary | None = None) -> L4Result:
+    began = time.perf_counter()
+    files = discover(logs)
+    if not files:
+        raise LogError(f"{logs}: no log files (*.log, *.txt, *.out, *.err, *.gz)")
+    success_files = [discover(d) for d in success or []]
+    everything = files + [f for job in success_files for f in job]
+    scans = scan_all(everything, engine=engine, scheduler=scheduler)
+    failed = scans[: len(files)]
+    pool, start = [], len(files)
+    for job in success_files:
+        pool.append(scans[start:start + len(job)])
+        start += len(job)
+    result = analyse(failed, pool, library)
+    result.seconds = round(time.perf_counter() - began, 3)
+    return result
+
+
+def analyse(failed: list[FileScan], pool: list[list[FileScan]], library: PatternLibrary | None = None) -> L4Result:
+    used = [s for s in failed if not s.skipped]
+    result = L4Result(skipped_files=[SkippedFile(path=s.path, reason=s.skipped) for s in failed if s.skipped],
+                      lines=sum(s.lines for s in used), files=len(used), success_jobs=len(pool))
+    if not used:
+        return result
+    miner = TemplateMiner()
+    for scan in used + [s for job in pool for s in job if not s.skipped]:
+        miner.add(scan.shapes)
+    assignment = miner.assignment()
+    texts = miner.template_texts()
+    ids = sorted(texts)
+    index = {tid: i for i, tid in enumerate(ids)}
+    n = len(ids)
+    result._shape_template = assignment
+    maps = [np.array([index[assignment[s]] for s in scan.shapes], np.int64) for scan in used]
+
+    presence = []
+    for job in pool:
+        present = np.zeros(n)
+        for scan in job:
+            if not scan.skipped:
+                present[[index[assignment[s]] for s in scan.shapes]] = 1
+        presence.append(present)
+    keep = filtering.keep_mask(filtering.pool_fraction(presence, n))
+
+    totals = np.zeros(n, np.int64)
+    for scan, tmap in zip(used, maps, strict=True):
+        np.add.at(totals, tmap, scan.counts)
+    result.templates = [TemplateOut(id=ids[i], template=texts[ids[i]], count=int(totals[i]))
+                        for i in np.argsort(-totals, kind="stable")]
+
+    regular = np.zeros(n, bool)
+    flagged: dict[int, dict] = {}  # iteration -> score, nodes, template indices
+    in_window = np.zeros(n, bool)
+    seqs = sequences.build([(tmap[scan.seq], scan.bounds) for scan, tmap in zip(used, maps, strict=True)], keep)
+    for scan, tmap, seg_ids, bad in zip(used, maps, seqs.ids, temporal.suspicious_files(seqs.ids, seqs.distinct),
+                                    strict=True):
+        _mark_regular(seg_ids, {s.index for s in bad}, seqs, regular)
+        for s in bad:
+            events = seqs.distinct[seg_ids[s.index]]
+            entry = flagged.setdefault(scan.iterations[s.index], {"score": 0.0, "nodes": set(), "events": set()})
+            entry["score"] = max(entry["score"], s.score)
+            entry["nodes"].add(scan.node)
+            entry["events"].update(events)
+            in_window[list(events)] = True
+        tail = np.array(scan.last) >= scan.tail_start
+        in_window[tmap[tail]] = True
+    failure = keep & ~regular & in_window
+
+    nodes = sorted({s.node for s in used})
+    node_index = {name: i for i, name in enumerate(nodes)}
+    node_counts = np.zeros((len(nodes), n), np.int64)
+    for scan, tmap in zip(used, maps, strict=True):
+        np.add.at(node_counts[node_index[scan.node]], tmap, scan.counts)
+    features = np.flatnonzero(keep & ~regular)
+    has = node_counts[:, features] > 0
+    weight = np.where(failure[features], 1.0 / np.maximum(has.sum(axis=0), 1), 0.0)
+    widespread = failure[features] & (has.sum(axis=0) >= WIDESPREAD * len(nodes)) if len(nodes) >= 3 else \
+        np.zeros(len(features), bool)
+    for rank in spatial.rank_nodes(nodes, node_counts[:, features], weight, widespread):
+        row = node_counts[node_index[rank.node], features]
+        median = np.median(node_counts[:, features], axis=0)
+        events = [("" if row[j] > median[j] else "missing: ") + texts[ids[features[j]]] for j in rank.events]
+        result.nodes.append(NodeOut(node=rank.node, score=rank.score, events=events))
+
+    result.events = _events(used, maps, failure, ids, texts, node_counts, nodes)
+    result.iterations = [IterationOut(iteration=it, score=round(e["score"], 3), nodes=sorted(e["nodes"]),
+                                      events=[texts[ids[j]] for j in sorted(e["events"])])
+                         for it, e in sorted(flagged.items())]
+    result.stage = _stage(used, maps, failure)
+    if library is not None and library.patterns:
+        result.patterns = library.match({s for scan in used for s in scan.shapes})
+    return result
+
+
+def _mark_regular(ids: np.ndarray, bad: set[int], seqs: sequences.Sequences, regular: np.ndarray) -> None:
+    """Marks the events that occur in enough of a file's normal iteration segments as routine."""
+    if not len(ids):
+        return
+    normal = np.ones(len(ids), bool)
+    normal[list(bad)] = False
+    per_sequence = np.bincount(ids[normal], minlength=len(seqs.distinct))
+    # Segments (not lines) containing each template: a template counts once per segment however often it repeats.
+    seen = np.bincount(seqs.pair_template, weights=per_sequence[seqs.pair_seq], minlength=len(regular))
+    regular |= (seen >= REGULAR_MIN_SEGMENTS) & (seen >= REGULAR_FRACTION * int(normal.sum()))
+
+
+def _events(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray, ids: list[str], texts: dict[str, str],
+            node_counts: np.ndarray, nodes: list[str]) -> list[EventOut]:
+    """Failure-indicating events in log order: by the earliest relative position at which any file logs them."""
+    position = np.full(len(ids), np.inf)
+    example: dict[int, str] = {}
+    for scan, tmap in zip(used, maps, strict=True):
+        for k in np.flatnonzero(failure[tmap]):
+            t = int(tmap[k])
+            rel = scan.first[k] / max(scan.lines, 1)
+            if rel < position[t]:
+                position[t] = rel
+                example[t] = scan.examples[k]
+    out = []
+    for t in sorted(np.flatnonzero(failure), key=lambda t: (position[t], ids[t])):
+        per_node = node_counts[:, t]
+        where = [nodes[i] for i in np.argsort(-per_node, kind="stable") if per_node[i] > 0][:MAX_EVENT_NODES]
+        out.append(EventOut(id=ids[t], template=texts[ids[t]], count=int(per_node.sum()), nodes=where,
+                            example=example.get(int(t), "")))
+    return out
+
+
+def _stage(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray) -> str:
+    at = []
+    for scan, tmap in zip(used, maps, strict=True):
+        hits = np.flatnonzero(failure[tmap])
+        if len(hits):
+            at.append(stages.stage_at(scan.transitions, min(scan.first[k] for k in hits)))
+    return stages.failed_stage(at)

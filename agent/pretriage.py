@@ -1,0 +1,46 @@
+"""The pre-triage tools the graph runs before pipeline 1: preflight on the hosts (always: a few passive checks
+the DFS would run anyway, shared through the runner's cache), L4 on the job's logs and Reveal on host telemetry
+when the incident has them attached. A tool's module is imported only when the incident has its attachment:
+L4 and Reveal pull in drain3, Dask and pandas, seconds of import a plain diagnosis should not pay."""
+
+from __future__ import annotations
+
+import importlib
+from functools import partial
+
+from agent.checks.runner import CheckRunner
+from agent.graph.build import PreTriage
+from agent.incident import Incident
+from agent.models import ToolResult
+
+# name -> (the attachment it reads, None: always), "module:function"
+TOOLS: dict[str, tuple[str | None, str]] = {
+    "preflight": (None, "agent.preflight.tool:preflight_pretriage"),
+    "l4": ("logs", "agent.l4.tool:l4_pretriage"),
+    "reveal": ("telemetry", "agent.reveal.tool:reveal_pretriage"),
+}
+
+
+def _load(target: str) -> PreTriage:
+    module, _, function = target.partition(":")
+    return getattr(importlib.import_module(module), function)  # type: ignore[no-any-return]
+
+
+def _when_attached(kind: str, target: str, incident: Incident) -> ToolResult | None:
+    if not incident.attachments.get(kind):
+        return None
+    return _load(target)(incident)
+
+
+def tools(names: list[str], runner: CheckRunner) -> list[PreTriage]:
+    """The named tools, ready for GraphTools.pretriage; preflight runs on the diagnosis' own runner."""
+    unknown = [n for n in names if n not in TOOLS]
+    if unknown:
+        raise ValueError(f"unknown pre-triage tool(s) {', '.join(unknown)}; choose from {', '.join(TOOLS)}")
+    out: list[PreTriage] = []
+    for name in names:
+        kind, target = TOOLS[name]
+        tool = partial(_load(target), runner=runner) if kind is None else partial(_when_attached, kind, target)
+        tool.__name__ = name  # type: ignore[attr-defined]
+        out.append(tool)
+    return out

@@ -1,0 +1,172 @@
+"""Reveal detector on generated telemetry and on the real Exathlon background (tests/fixtures/exathlon)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from agent.reveal import detect, detectors, frame, inject, prune
+
+EXATHLON = Path(__file__).parent / "fixtures" / "exathlon" / "1_0_100000_15_node_metrics.csv.gz"
+
+
+def synthetic(hosts: int = 3, seconds: int = 300, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    parts = []
+    for h in range(hosts):
+        t = 1_700_000_000 + np.arange(seconds, dtype=float)
+        parts.append(pd.DataFrame({
+            "timestamp": t, "host": f"h{h}",
+            "cpu_busy_pct": 40 + 5 * rng.standard_normal(seconds),
+            "mem_used_pct": 50 + rng.standard_normal(seconds),
+            "net_eth0_rx_bytes_per_s": 1e6 * (1 + 0.1 * rng.standard_normal(seconds)),
+            "disk_sda_sectors_written_per_s": 2e3 * (1 + 0.1 * rng.standard_normal(seconds)),
+            "gpu0_temp_c": np.full(seconds, 60.0 + h),
+            "comment": "x",
+        }))
+    return pd.concat(parts, ignore_index=True)
+
+
+def test_categories_and_subsystems() -> None:
+    tel = frame.from_frame(synthetic())
+    info = {m.name: (m.subsystem, m.category) for m in tel.metrics}
+    assert info["cpu_busy_pct"] == ("cpu", "dynamic")
+    assert info["net_eth0_rx_bytes_per_s"] == ("network", "dynamic")
+    assert info["disk_sda_sectors_written_per_s"] == ("storage", "dynamic")
+    assert info["gpu0_temp_c"] == ("gpu", "static")
+    assert tel.skipped_columns == ["comment"]
+    assert frame.category_of("tcp_retrans_events", np.array([0.0, 1.0])) == "counter"
+    assert frame.subsystem_of("some_new_probe") == "other"
+
+
+def test_iso_timestamps_and_cumulative_counters() -> None:
+    df = pd.DataFrame({"timestamp": pd.date_range("2024-05-01T10:00:00Z", periods=20, freq="1s").astype(str),
+                       "rx_errors_total": np.arange(20) * 3.0, "cpu_busy_pct": np.linspace(1, 2, 20)})
+    tel = frame.from_frame(df)
+    assert tel.interval_s == pytest.approx(1.0)
+    assert tel.differenced == ["rx_errors_total"]
+    assert np.nanmax(tel.values["local"][:, 0]) == 3.0
+
+
+@pytest.mark.parametrize("bad, message", [
+    (pd.DataFrame({"time": [1, 2], "x": [1, 2]}), "no 'timestamp'"),
+    (pd.DataFrame({"timestamp": [1, 2], "x": ["a", "b"]}), "no numeric metric"),
+    (pd.DataFrame({"timestamp": ["yesterday", "today"], "x": [1, 2]}), "neither epoch seconds nor ISO 8601"),
+])
+def test_bad_input_is_refused(bad: pd.DataFrame, message: str) -> None:
+    with pytest.raises(frame.FrameError, match=message):
+        frame.from_frame(bad)
+
+
+def test_pruning_keeps_the_priority_metric_of_a_correlated_pair() -> None:
+    df = synthetic(hosts=1)
+    df["cpu_cycles_per_s"] = df["cpu_busy_pct"] * 1e7 + 1.0  # perfectly redundant, lower priority
+    kept, dropped = prune.prune(frame.from_frame(df))
+    assert dropped == {"cpu_cycles_per_s": "cpu_busy_pct"}
+    assert "cpu_busy_pct" in {m.name for m in kept}
+
+
+def test_clean_synthetic_run_has_few_anomalous_windows() -> None:
+    report = detect.run(frame.from_frame(synthetic()))
+    assert report.anomalous_rate <= 0.01
+    assert report.total_windows == 3 * 298
+
+
+def test_cpu_spike_is_found_attributed_and_explained() -> None:
+    df = synthetic()
+    rows = (df.host == "h1") & (df.timestamp >= 1_700_000_150) & (df.timestamp < 1_700_000_170)
+    df.loc[rows, "cpu_busy_pct"] = 99.0
+    report = detect.run(frame.from_frame(df))
+    inside = [w for w in report.windows if w.host == "h1" and w.end > 1_700_000_150 and w.start < 1_700_000_170]
+    assert inside, report.windows
+    assert all(w.subsystems[0] == "cpu" for w in inside)
+    assert any(s.metric == "cpu_busy_pct" and s.feature in ("mean", "xhost") for w in inside for s in w.signals)
+    assert report.hosts[0].host == "h1"
+    assert {s.detector for w in inside for s in w.signals} <= {"zscore", "mahalanobis", "iforest", "zscore+mahalanobis",
+                                                                "zscore+iforest", "mahalanobis+iforest",
+                                                                "zscore+mahalanobis+iforest"}
+
+
+def test_static_thermal_imbalance_across_hosts() -> None:
+    df = synthetic(hosts=4)
+    df.loc[df.host == "h2", "gpu0_temp_c"] = 85.0
+    report = detect.run(frame.from_frame(df))
+    flagged = {h.host: [s["metric"] for s in h.static_imbalance] for h in report.hosts if h.static_imbalance}
+    assert flagged == {"h2": ["gpu0_temp_c"]}
+
+
+def exathlon(start_s: float, length_s: float) -> pd.DataFrame:
+    bg = inject.with_loss_counters(inject.exathlon_long(str(EXATHLON)), np.random.default_rng(0))
+    t0 = bg.timestamp.min() + start_s
+    return bg[(bg.timestamp >= t0) & (bg.timestamp < t0 + length_s)]
+
+
+def found(report: detect.RevealReport, inj: inject.Injection) -> list[detect.WindowOut]:
+    return [w for w in report.windows if w.host == inj.host and w.end > inj.start and w.start < inj.end]
+
+
+# a quiet stretch: in self mode each detector flags the file's own top 1 %, and in the trace's first 400 s
+# Spark's start-up bursts fill it (see eval/results/reveal.md)
+# network_drop is left to the benchmark: its recall is below 1 (eval/results/reveal.md), so one fixed draw
+# would test the draw, not the detector
+@pytest.mark.parametrize("kind, subsystem", [("cpu_saturation", "cpu"), ("disk_stall", "storage")])
+def test_exathlon_injection_is_found_and_attributed(kind: str, subsystem: str) -> None:
+    seg = exathlon(1000, 400)
+    clean = detect.run(frame.from_frame(seg))
+    assert clean.anomalous_rate <= 0.02  # the benchmark measures the rate on the full traces
+    start = seg.timestamp.min() + 200
+    df, inj = inject.inject(seg, kind, "node6", start, 45, np.random.default_rng(1))
+    inside = found(detect.run(frame.from_frame(df)), inj)
+    assert inside
+    top = max({w.subsystems[0] for w in inside}, key=lambda s: sum(w.subsystems[0] == s for w in inside))
+    assert top == subsystem
+
+
+def test_network_drop_backs_off_and_retransmits() -> None:
+    seg = exathlon(1000, 400)
+    with pytest.raises(ValueError, match="loss counters"):
+        inject.inject(seg.drop(columns=[inject.RETRANS]), "network_drop", "node6", seg.timestamp.min(), 30,
+                      np.random.default_rng(0))
+    df, inj = inject.inject(seg, "network_drop", "node6", seg.timestamp.min() + 100, 40, np.random.default_rng(0))
+    rows = (df.host == "node6") & (df.timestamp >= inj.start) & (df.timestamp < inj.end)
+    before = seg[rows.to_numpy()]
+    assert df.loc[rows, "NET_ib0-write-KB/s"].sum() < 0.6 * before["NET_ib0-write-KB/s"].sum()
+    assert df.loc[rows, inject.RETRANS].mean() > 10 * max(before[inject.RETRANS].mean(), 0.1)
+
+
+def test_slow_host_is_an_imbalance() -> None:
+    seg = exathlon(1000, 400)
+    df, inj = inject.inject(seg, "host_slow", "node7", seg.timestamp.min() + 150, 45, np.random.default_rng(2))
+    inside = found(detect.run(frame.from_frame(df)), inj)
+    assert inside and sum(w.imbalance for w in inside) * 2 >= len(inside)
+
+
+def test_reference_mode_is_quiet_on_clean_data_and_finds_a_leak() -> None:
+    bg = exathlon(0, 2700)
+    t0 = bg.timestamp.min()
+    seg = bg[(bg.timestamp >= t0 + 1200) & (bg.timestamp < t0 + 1600)]
+    ref = frame.from_frame(bg[(bg.timestamp < t0 + 1170) | (bg.timestamp >= t0 + 1630)])
+    assert detect.run(frame.from_frame(seg), reference=ref).anomalous_rate <= 0.01
+    df, inj = inject.inject(seg, "cpu_saturation", "node5", t0 + 1350, 50, np.random.default_rng(3))
+    inside = found(detect.run(frame.from_frame(df), reference=ref), inj)
+    assert inside and inside[0].subsystems[0] == "cpu"
+
+
+def test_persistence_keeps_plateaus_and_drops_single_bursts() -> None:
+    scores = np.zeros(40)
+    scores[5] = 100.0  # one bursty window
+    scores[20:32] = 50.0  # a sustained fault
+    smooth = detectors.persistent(scores, np.array(["h"] * 40))
+    assert smooth[5] == 0.0 and np.all(smooth[22:30] == 50.0)
+
+
+def test_inject_refuses_unknown_kind_and_empty_interval() -> None:
+    df = synthetic(hosts=1)
+    with pytest.raises(KeyError):
+        inject.inject(df, "gremlins", "h0", 0, 10, np.random.default_rng(0))
+    with pytest.raises(ValueError, match="no samples"):
+        inject.inject(df.rename(columns={"cpu_busy_pct": "CPU_ALL_User%"}), "host_slow", "h0", 0, 10,
+                      np.random.default_rng(0))
