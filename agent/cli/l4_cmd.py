@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -13,9 +13,11 @@ from rich.table import Table
 
 from agent.knowledge.store import ENV_DATA_DIR
 from agent.l4.dask_stage import ENGINES
-from agent.l4.localize import L4Result, localize
 from agent.l4.patterns import FaultPattern, PatternError, PatternLibrary, library_path
 from agent.l4.reader import LogError
+
+if TYPE_CHECKING:
+    from agent.l4.localize import L4Result
 
 app = typer.Typer(help="Localize faulty nodes, events, stage and iterations in a failed training job's logs.",
                   no_args_is_help=True)
@@ -44,6 +46,8 @@ def _run(logs: Path, success: list[Path] | None, engine: str, scheduler: str | N
         if not path.exists():
             raise _bad(f"{path}: no such file or directory")
     try:
+        from agent.l4.localize import localize  # scikit-learn and drain3: only when localizing
+
         library = PatternLibrary(library_path(data_dir))
         return localize(logs, list(success or []), engine=engine, scheduler=scheduler, library=library)
     except (LogError, PatternError) as exc:

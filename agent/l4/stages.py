@@ -40,7 +40,6 @@ ITERATION_SHAPE = re.compile(r"\biteration <\*>/ ?<\*> \||\bstep=<\*>, skipped=|
                              r"\bstep <\*> \| loss", re.I)
 _NUMBER_ALTERNATIVES = [rb"iteration\s+(\d+)\s*/", rb"global_step=(\d+)", rb"step=(\d+),", rb"\bstep (\d+) \| loss"]
 ITERATION_NUMBER = re.compile(b"|".join(_NUMBER_ALTERNATIVES))
-_SINGLE = [re.compile(alt) for alt in _NUMBER_ALTERNATIVES]
 
 
 @lru_cache(maxsize=1 << 16)  # shapes repeat across the files of a job; classify each once per process
@@ -71,22 +70,6 @@ def iteration_number_span(line: bytes) -> tuple[int, int]:
     if not match or match.lastindex is None:
         return -1, -1
     return match.span(match.lastindex)
-
-
-def iteration_numbers(raw_lines: list[bytes]) -> list[int] | None:
-    """Iteration numbers of marker lines of ONE shape (same structure, so the same number of matches per line): one
-    findall over the joined lines instead of a regex call per line. None if the lines do not fit that assumption."""
-    if not raw_lines:
-        return []
-    first = ITERATION_NUMBER.search(raw_lines[0])
-    if first is None or first.lastindex is None:
-        return None
-    single = _SINGLE[first.lastindex - 1]
-    per_line = len(single.findall(raw_lines[0]))
-    found = single.findall(b"\n".join(raw_lines))
-    if per_line == 0 or len(found) != per_line * len(raw_lines):
-        return None
-    return list(map(int, found[::per_line]))
 
 
 def stage_at(transitions: list[tuple[int, int]], line: int) -> str:

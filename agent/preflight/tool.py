@@ -21,7 +21,7 @@ def preflight_pretriage(incident: Incident, runner: CheckRunner | None = None) -
     try:
         report = run.run(incident.hosts or ["local"], timeout_cap_s=TIMEOUT_CAP_S, runner=runner)
     except HostSpecError as exc:
-        return ToolResult(tool="preflight", status="error", summary=f"preflight could not start: {exc}",
+        return ToolResult(tool="preflight", status="error", summary=f"could not start: {exc}",
                           reason=str(exc), duration_s=round(time.perf_counter() - began, 3))
     findings = [Finding(id=f.id, severity=f.severity, entity=",".join(f.hosts), message=f.message,
                         raw_line=f.source) for f in report.findings]
@@ -35,11 +35,11 @@ def preflight_pretriage(incident: Incident, runner: CheckRunner | None = None) -
     hosts = sorted(counts, key=lambda h: -counts[h])
     unknown = sorted({c for checks in report.unavailable.values() for c in checks})
     if report.findings:
-        summary = (f"preflight: {sum(f.severity == 'FAIL' for f in report.findings)} known-bad combination(s), "
+        summary = (f"{sum(f.severity == 'FAIL' for f in report.findings)} known-bad combination(s), "
                    f"{sum(f.severity == 'WARN' for f in report.findings)} warning(s) on {len(report.hosts)} host(s): "
                    + "; ".join(f.message for f in report.findings[:3]))
     else:
-        summary = f"preflight: no known-bad combination on {len(report.hosts)} host(s)"
+        summary = f"no known-bad combination on {len(report.hosts)} host(s)"
     if unknown:
         summary += f" (not collected: {', '.join(unknown)})"
     return ToolResult(tool="preflight", status="ok", summary=summary, hosts=hosts, findings=findings, priors=priors,

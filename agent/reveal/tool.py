@@ -53,7 +53,7 @@ def reveal_pretriage(incident: Incident) -> ToolResult | None:
     try:
         report = detect.run(Path(path))
     except (frame.FrameError, ValueError) as exc:
-        return ToolResult(tool="reveal", status="error", summary=f"reveal: cannot analyse {path}: {exc}",
+        return ToolResult(tool="reveal", status="error", summary=f"cannot analyse {path}: {exc}",
                           reason=str(exc), duration_s=round(time.perf_counter() - began, 3))
     known = set(load_taxonomy().labels())
     votes: dict[str, float] = {}
@@ -79,7 +79,7 @@ def reveal_pretriage(incident: Incident) -> ToolResult | None:
                                     message=f"{item['metric']} = {item['value']} vs peers' median "
                                             f"{item['peer_median']}"))
     hosts = [h.host for h in report.hosts if h.anomalous_windows or h.static_imbalance]
-    summary = (f"reveal: {len(report.windows)} of {report.total_windows} windows anomalous"
+    summary = (f"{len(report.windows)} of {report.total_windows} windows anomalous"
                + (f", most on {hosts[0]} ({report.hosts[0].anomalous_windows})" if hosts else "")
                + (f"; subsystems {', '.join(sorted({s for h in report.hosts for s in h.subsystems}))}"
                   if report.windows else ""))
