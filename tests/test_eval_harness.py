@@ -254,3 +254,23 @@ def test_a_bad_incident_file_names_every_bad_line(tmp_path: Path) -> None:
     assert "line 2: invalid JSON" in str(caught.value) and "line 3: duplicate id" in str(caught.value)
     path.write_text(json.dumps(good) + "\n")
     assert load_problems(path)[0].record == good  # kept as read: fault params and profile reach the simulator
+
+
+def test_openai_reasoner_through_the_harness_counts_calls_and_tokens_per_incident(tmp_path: Path) -> None:
+    from tests.openai_stub import OpenAIStub
+    from tests.test_diagnosis import _most_credulous
+
+    with OpenAIStub() as stub:
+        stub.responder = lambda request: json.dumps(
+            _most_credulous(request["response_format"]["json_schema"]["schema"]))
+        result = run_benchmark(config(tmp_path, ["did", "aidai"], llm="openai", base_url=stub.base_url,
+                                      model=stub.model), problems())
+    rows = {(r["method"], r["id"]): r for r in result.rows}
+    assert all(r["error"] is None for r in result.rows), [r["error"] for r in result.rows]
+    for record in RECORDS:
+        did, ours = rows[("did", record["id"])], rows[("aidai", record["id"])]
+        assert did["llm_calls"] == 1 and did["tokens_in"] > 0 and did["checks_run"] == 0  # one choice, no checks
+        assert ours["llm_calls"] > 1 and ours["tokens_out"] > 0
+        assert ours["predicted"] == record["label"]  # the credulous model confirms everything; evidence decides
+    metrics = compute_metrics([r for r in result.rows if r["method"] == "did"])
+    assert metrics["llm_calls_per_incident"] == 1.0 and metrics["tokens_in_per_incident"] > 0
