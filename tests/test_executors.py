@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.checks.manifest import LIB_SCRIPT, CheckSpec, Manifest, load_manifest
+from agent.checks.manifest import LIB_SCRIPTS, CheckSpec, Manifest, load_manifest
 from agent.checks.runner import CheckRunner
 from agent.executors.hosts import HostSpecError, SshOptions, executors_for, parse_ssh
 from agent.executors.local import LocalExecutor
@@ -41,7 +41,8 @@ MISLABELLED = 'import checklib\ncheck = checklib.Check("other_name")\ncheck.fini
 @pytest.fixture(scope="module")
 def scripts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("scripts")
-    shutil.copy(SCRIPTS_DIR / LIB_SCRIPT, root / LIB_SCRIPT)
+    for lib in LIB_SCRIPTS:
+        shutil.copy(SCRIPTS_DIR / lib, root / lib)
     for name, text in (("probe_modules.py", PROBE.replace("CHECK_NAME", '"probe_modules"')),
                        ("bench.py", PROBE.replace("CHECK_NAME", '"bench"')),
                        ("hang.py", HANG), ("garbage.py", GARBAGE), ("mislabelled.py", MISLABELLED)):

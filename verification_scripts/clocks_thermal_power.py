@@ -5,6 +5,7 @@ temperatures vs. the profile limit, enforced power limit vs. default, and SM clo
 """
 
 import checklib
+import checklib_gpu
 
 BASE = ["index", "temperature.gpu", "temperature.memory", "power.draw", "power.limit", "power.default_limit",
         "clocks.sm", "clocks.max.sm", "utilization.gpu"]
@@ -24,7 +25,7 @@ def query(check):
                 row["reasons"] = row[reason]
             return rows, None
         if "is not a valid field" not in cmd.text:
-            return [], checklib.nvsmi_error(cmd) or cmd.why()
+            return [], checklib_gpu.nvsmi_error(cmd) or cmd.why()
     return [], "neither clock event reason field is supported"
 
 

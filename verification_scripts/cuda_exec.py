@@ -12,6 +12,7 @@ import shutil
 import tempfile
 
 import checklib
+import checklib_gpu
 
 PROBE = r'''
 import json, sys, warnings
@@ -101,7 +102,7 @@ def report_init(check, init):
         check.fail("no_device", "host", "torch sees no CUDA device (is_available() is False) and gave no reason")
         return
     text = texts[0]
-    kind, severity = checklib.classify_cuda_error(text)
+    kind, severity = checklib_gpu.classify_cuda_error(text)
     line = first_error_line(text)
     check.finding(kind, severity, "host", "CUDA initialisation failed: %s" % line, line)
 
@@ -149,7 +150,7 @@ def body(check):
             ok += 1
             continue
         line = first_error_line(result.get("error", ""))
-        kind, severity = checklib.classify_cuda_error(line)
+        kind, severity = checklib_gpu.classify_cuda_error(line)
         check.finding(kind, severity, entity, "%s: %s" % (entity, line), line)
     check.metrics["ok"] = ok
     check.metrics["failed_gpus"] = [i for i in range(count) if not (results.get(i) or {}).get("ok")]

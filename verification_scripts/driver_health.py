@@ -9,6 +9,7 @@ turned into UNKNOWN (exit codes follow NVML; the text is matched first because i
 import re
 
 import checklib
+import checklib_logs
 
 RC_MEANING = {9: "NVIDIA driver not loaded", 10: "kernel detected an interrupt issue with a GPU",
               12: "NVML shared library not found", 14: "infoROM is corrupted", 15: "a GPU is lost",
@@ -127,7 +128,7 @@ def versions(check, loaded, on_disk):
 
 
 def kernel_messages(check):
-    lines, source = checklib.kernel_log(check)
+    lines, source = checklib_logs.kernel_log(check)
     if lines is None:
         check.metrics["kernel_log"] = "unavailable: %s" % source
         return

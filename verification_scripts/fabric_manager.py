@@ -8,6 +8,7 @@ Without a trained fabric CUDA fails with "system not yet initialized", so this r
 import re
 
 import checklib
+import checklib_gpu
 
 FM_VERSION_RE = re.compile(r"version is\s*:\s*(\S+)", re.IGNORECASE)
 MODULE_RE = re.compile(r"Kernel Module\s+(\d+\.\d+(?:\.\d+)?)")
@@ -58,7 +59,7 @@ def fabric_states(check, service_state):
     smi = check.run(["nvidia-smi", "-q"], timeout=60)
     gpus = [g for g in checklib.parse_q_sections(smi.out) if "Fabric/State" in g]
     if not gpus:
-        why = checklib.nvsmi_error(smi) or "no Fabric section in nvidia-smi -q"
+        why = checklib_gpu.nvsmi_error(smi) or "no Fabric section in nvidia-smi -q"
         if any(f["severity"] == "FAIL" for f in check.findings):
             check.metrics["fabric_state"] = "unreadable: %s" % why
             check.finish()

@@ -11,6 +11,8 @@ import os
 import re
 
 import checklib
+import checklib_logs
+import checklib_net
 
 PEER_MODULES = ("nvidia_peermem", "nv_peer_mem")
 
@@ -43,7 +45,7 @@ def judge_env(check):
 
 
 def judge_kernel_log(check):
-    lines, _ = checklib.kernel_log(check, since_epoch=0)
+    lines, _ = checklib_logs.kernel_log(check, since_epoch=0)
     peer_errors = [line for _, line in lines or [] if re.search(r"nvidia[-_]peermem|nv_peer_mem", line)
                    and re.search(r"ERROR|Unknown symbol|failed", line)]
     check.metrics["peermem_log_errors"] = len(peer_errors)
@@ -61,7 +63,7 @@ def body(check):
     modules, source = loaded_modules(check)
     if modules is None:
         check.unknown("cannot list kernel modules: %s" % source)
-    if not check.listdir(checklib.IB_CLASS):
+    if not check.listdir(checklib_net.IB_CLASS):
         check.unknown("no RDMA devices in /sys/class/infiniband: GPUDirect RDMA has nothing to pair with")
     if "nvidia" not in modules:
         check.unknown("the nvidia kernel module is not loaded; GPUDirect RDMA cannot be judged (see driver_health)")

@@ -13,6 +13,7 @@ import shutil
 import tempfile
 
 import checklib
+import checklib_gpu
 
 PROBE = r'''
 import json, sys
@@ -161,12 +162,12 @@ def body(check):
         check.targets.append("GPU%d" % i)
         if i in errors:
             line = checklib.first_line(errors[i]["error"])
-            kind = checklib.classify_cuda_error(line)[0]
+            kind = checklib_gpu.classify_cuda_error(line)[0]
             if "out of memory" in line:
                 # another process holds the GPU: the test could not run, the GPU is not at fault
                 busy.append(i)
                 check.info("gpu_busy", "GPU%d" % i, "GPU%d: not tested, its memory is in use: %s" % (i, line), line)
-            elif kind in checklib.CUDA_SETUP_ERRORS:
+            elif kind in checklib_gpu.CUDA_SETUP_ERRORS:
                 # the stack cannot run any kernel here (arch not compiled in, driver too old): not the GPU's fault
                 setup.append(i)
                 check.info("probe_" + kind, "GPU%d" % i, "GPU%d: not tested, the CUDA stack cannot run kernels: %s"

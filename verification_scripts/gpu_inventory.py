@@ -9,6 +9,7 @@ problem (driver_health), and this check then reports UNKNOWN.
 import re
 
 import checklib
+import checklib_gpu
 
 FIELDS = ["index", "name", "pci.bus_id", "uuid", "serial", "vbios_version", "persistence_mode", "mig.mode.current",
           "ecc.mode.current", "compute_mode"]
@@ -26,7 +27,7 @@ def pci_gpus(check):
     for line in cmd.out.splitlines():
         match = LSPCI_RE.match(line.strip())
         if match:
-            found.append((checklib.norm_bdf(match.group(1)), (match.group(2) or "").lower(), line.strip()))
+            found.append((checklib_gpu.norm_bdf(match.group(1)), (match.group(2) or "").lower(), line.strip()))
     return sorted(found), None
 
 
@@ -34,14 +35,14 @@ def body(check):
     expected = int(check.profile.get("gpu_count", 0) or 0)
     smi = check.run(["nvidia-smi", "--query-gpu=" + ",".join(FIELDS), "--format=csv,noheader"])
     rows = [r for r in checklib.parse_query_csv(smi.out, FIELDS) if checklib.to_int(r["index"]) is not None]
-    lost = [checklib.norm_bdf(m.group(1)) for m in LOST_RE.finditer(smi.text)]
+    lost = [checklib_gpu.norm_bdf(m.group(1)) for m in LOST_RE.finditer(smi.text)]
     pci, pci_why = pci_gpus(check)
     if not rows and not lost:
-        why = checklib.nvsmi_error(smi) or smi.why()
+        why = checklib_gpu.nvsmi_error(smi) or smi.why()
         check.metrics["pci_gpu_count"] = len(pci) if pci is not None else None
         check.unknown("nvidia-smi gave no GPU list (%s)%s" % (
             why, "; lspci sees %d NVIDIA GPUs" % len(pci) if pci else ""))
-    by_bdf = {checklib.norm_bdf(r["pci.bus_id"]): r for r in rows}
+    by_bdf = {checklib_gpu.norm_bdf(r["pci.bus_id"]): r for r in rows}
     pci_index = {bdf: i for i, (bdf, _, _) in enumerate(pci or [])}
     visible = len(rows) + len(lost)
     check.metrics.update({"gpu_count": visible, "usable_gpu_count": len(rows), "expected_gpu_count": expected,
@@ -74,7 +75,7 @@ def body(check):
         check.fail("missing_gpu", check.host, "nvidia-smi lists %d GPUs, expected %d%s" % (
             visible, expected, "" if pci is not None else " (lspci unavailable: %s)" % pci_why))
     for match in INFOROM_RE.finditer(smi.text):
-        bdf = checklib.norm_bdf(match.group(1))
+        bdf = checklib_gpu.norm_bdf(match.group(1))
         check.fail("inforom_corrupt", entity(bdf), "infoROM is corrupted on GPU %s (nvidia-smi warning)" % bdf,
                    match.group(0))
     config(check, rows)

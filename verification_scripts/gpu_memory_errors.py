@@ -9,6 +9,7 @@ a GPU whose counters cannot be read (truncated or N/A output) leaves the check U
 import re
 
 import checklib
+import checklib_gpu
 
 CSV_FIELDS = ["index", "pci.bus_id", "ecc.mode.current", "ecc.errors.uncorrected.volatile.total",
               "ecc.errors.corrected.volatile.total", "ecc.errors.uncorrected.aggregate.sram",
@@ -89,12 +90,12 @@ def collect(check):
     q_cmd = check.run(["nvidia-smi", "-q", "-d", "ECC,ROW_REMAPPER,PAGE_RETIREMENT"])
     data, names = {}, {}
     for row in checklib.parse_query_csv(csv_cmd.out, CSV_FIELDS):
-        bdf = checklib.norm_bdf(row["pci.bus_id"])
+        bdf = checklib_gpu.norm_bdf(row["pci.bus_id"])
         if bdf and checklib.to_int(row["index"]) is not None:
             names[bdf] = "GPU%s" % row["index"]
             data.setdefault(bdf, {}).update(from_csv(row))
     for row in checklib.parse_query_csv(remap_cmd.out, REMAP_FIELDS):
-        bdf = checklib.norm_bdf(row["gpu_bus_id"])
+        bdf = checklib_gpu.norm_bdf(row["gpu_bus_id"])
         remap = {"remap_pending": checklib.to_bool(row["remapped_rows.pending"]),
                  "remap_failure": checklib.to_bool(row["remapped_rows.failure"]),
                  "remapped_uncorrectable": checklib.to_int(row["remapped_rows.uncorrectable"])}
@@ -102,7 +103,7 @@ def collect(check):
             data.setdefault(bdf, {}).update({k: v for k, v in remap.items() if v is not None})
     blocks = checklib.parse_q_sections(q_cmd.out)
     for position, gpu in enumerate(blocks):
-        bdf = checklib.norm_bdf(gpu["_bus_id"])
+        bdf = checklib_gpu.norm_bdf(gpu["_bus_id"])
         names.setdefault(bdf, "GPU%d" % position)
         counters = from_q(gpu)
         slot = data.setdefault(bdf, {})
@@ -111,7 +112,7 @@ def collect(check):
     attached = ATTACHED_RE.search(q_cmd.out)
     expected = max(len(names), int(attached.group(1)) if attached else 0)
     text = csv_cmd.text + q_cmd.text
-    why = checklib.nvsmi_error(q_cmd) or checklib.nvsmi_error(csv_cmd) or q_cmd.why()
+    why = checklib_gpu.nvsmi_error(q_cmd) or checklib_gpu.nvsmi_error(csv_cmd) or q_cmd.why()
     return data, names, expected, text, why
 
 
@@ -119,7 +120,7 @@ def body(check):
     data, names, expected, text, why = collect(check)
     corrupt = {}
     for match in INFOROM_RE.finditer(text):
-        corrupt.setdefault(checklib.norm_bdf(match.group(1)), match.group(0))
+        corrupt.setdefault(checklib_gpu.norm_bdf(match.group(1)), match.group(0))
     for bdf, line in sorted(corrupt.items()):
         check.fail("inforom_corrupt", names.get(bdf, bdf), "infoROM is corrupted on %s: aggregate ECC and retirement "
                    "records cannot be trusted" % names.get(bdf, bdf), line)

@@ -9,6 +9,7 @@ import os
 import re
 
 import checklib
+import checklib_gpu
 
 GPU_FIELDS = ["index", "pci.bus_id", "uuid", "memory.total", "memory.used", "mig.mode.current"]
 APP_FIELDS = ["gpu_bus_id", "gpu_uuid", "pid", "process_name", "used_gpu_memory"]
@@ -21,17 +22,17 @@ def body(check):
     gpu_cmd = check.run(["nvidia-smi", "--query-gpu=" + ",".join(GPU_FIELDS), "--format=csv,noheader,nounits"])
     gpus = [r for r in checklib.parse_query_csv(gpu_cmd.out, GPU_FIELDS) if checklib.to_int(r["index"]) is not None]
     if not gpus:
-        check.unknown("no GPU list from nvidia-smi (%s)" % (checklib.nvsmi_error(gpu_cmd) or gpu_cmd.why()))
+        check.unknown("no GPU list from nvidia-smi (%s)" % (checklib_gpu.nvsmi_error(gpu_cmd) or gpu_cmd.why()))
     app_cmd = check.run(["nvidia-smi", "--query-compute-apps=" + ",".join(APP_FIELDS), "--format=csv,noheader,nounits"])
     if not app_cmd.ok:
-        check.unknown("no process list from nvidia-smi (%s)" % (checklib.nvsmi_error(app_cmd) or app_cmd.why()))
+        check.unknown("no process list from nvidia-smi (%s)" % (checklib_gpu.nvsmi_error(app_cmd) or app_cmd.why()))
     index = {}
     for g in gpus:
-        index[checklib.norm_bdf(g["pci.bus_id"])] = int(g["index"])
+        index[checklib_gpu.norm_bdf(g["pci.bus_id"])] = int(g["index"])
         index[g["uuid"].lower()] = int(g["index"])
     procs = []  # (gpu index, pid, name, MiB)
     for app in checklib.parse_query_csv(app_cmd.out, APP_FIELDS):
-        gpu = index.get(checklib.norm_bdf(app["gpu_bus_id"]), index.get(app["gpu_uuid"].lower()))
+        gpu = index.get(checklib_gpu.norm_bdf(app["gpu_bus_id"]), index.get(app["gpu_uuid"].lower()))
         if gpu is not None:
             procs.append((gpu, app["pid"], app["process_name"], checklib.to_int(app["used_gpu_memory"]) or 0))
     per_gpu = {}

@@ -5,6 +5,7 @@ A GPU behind a degraded PCIe link or a mis-bound NUMA node shows up as one low c
 """
 
 import checklib
+import checklib_gpu
 
 TESTS = ["host_to_device_memcpy_ce", "device_to_host_memcpy_ce"]
 MARGIN = 1.05
@@ -32,7 +33,7 @@ def body(check):
     cmd = check.run(["nvbandwidth", "-t", *TESTS, "-i", "10"], timeout=limit)
     if cmd.missing:
         check.unknown("nvbandwidth not found")
-    tests = checklib.parse_nvbandwidth(cmd.out)
+    tests = checklib_gpu.parse_nvbandwidth(cmd.out)
     threshold = float(check.profile.get("h2d_gbps", 48.0))
     check.metrics["threshold_gbps"] = threshold
     found = False

@@ -11,6 +11,7 @@ import re
 import time
 
 import checklib
+import checklib_logs
 
 DEFAULT_WINDOW_S = 7 * 86400
 MIN_WINDOW_S = 86400  # a DIMM error hours before the job died still explains it
@@ -49,7 +50,7 @@ def read_edac(check):
 def body(check):
     window = max(float(check.params.get("window_s", DEFAULT_WINDOW_S)), MIN_WINDOW_S)
     edac = read_edac(check)
-    lines, source = checklib.kernel_log(check, since_epoch=time.time() - window)
+    lines, source = checklib_logs.kernel_log(check, since_epoch=time.time() - window)
     if edac is None and lines is None:
         check.unknown("no EDAC sysfs counters and no readable kernel log (%s)" % source)
     if edac is None:

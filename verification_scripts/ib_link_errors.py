@@ -13,6 +13,8 @@ import time
 from datetime import datetime
 
 import checklib
+import checklib_logs
+import checklib_net
 
 FLAP_WINDOW_S = 86400
 FLAP_FAIL = 5
@@ -31,7 +33,7 @@ def syslog_epoch(line, now):
     """Epoch of a classic syslog line ("Aug 17 06:18:01"), assuming the most recent such date."""
     match = SYSLOG_STAMP.match(line)
     if not match:
-        return checklib._iso_epoch(line)
+        return checklib_logs.iso_epoch(line)
     year = time.localtime(now).tm_year
     for candidate in (year, year - 1):
         try:
@@ -50,7 +52,7 @@ def log_lines(check, since):
     cmd = check.run(["journalctl", "--no-pager", "-o", "short-iso", "--since", stamp, "-t", "systemd-networkd",
                      "-t", "NetworkManager", "-t", "kernel"], timeout=60)
     if cmd.ok and "No journal files" not in cmd.text:
-        return [(checklib._iso_epoch(line), line) for line in cmd.out.splitlines() if line.strip()], "journalctl"
+        return [(checklib_logs.iso_epoch(line), line) for line in cmd.out.splitlines() if line.strip()], "journalctl"
     now = time.time()
     lines, sources = [], []
     for path in LOG_FILES:
@@ -60,14 +62,14 @@ def log_lines(check, since):
             lines += [(syslog_epoch(line, now), line) for line in text.splitlines() if line.strip()]
     if sources:
         return lines, ",".join(sources)
-    kernel, source = checklib.kernel_log(check, since)
+    kernel, source = checklib_logs.kernel_log(check, since)
     return (kernel, source) if kernel is not None else (None, "%s; %s" % (cmd.why(), source))
 
 
 def read_counters(check, ports):
     values = {}
     for port in ports:
-        base = "%s/%s/ports/%s/counters/" % (checklib.IB_CLASS, port["dev"], port["port"])
+        base = "%s/%s/ports/%s/counters/" % (checklib_net.IB_CLASS, port["dev"], port["port"])
         for name in COUNTERS:
             value = checklib.to_int(check.read(base + name))
             if value is not None:
@@ -129,9 +131,9 @@ def judge_logs(check, lines, since, rails):
 def body(check):
     window = max(float(check.params.get("window_s", FLAP_WINDOW_S)), FLAP_WINDOW_S)
     since = time.time() - window
-    ports = checklib.rdma_ports(check)
+    ports = checklib_net.rdma_ports(check)
     rails = {}
-    for port in checklib.data_ports(ports, check.profile):
+    for port in checklib_net.data_ports(ports, check.profile):
         for netdev in port["netdevs"]:
             rails[netdev] = port["dev"]
     lines, source = log_lines(check, since)

@@ -15,6 +15,7 @@ import json
 import os
 
 import checklib
+import checklib_net
 
 LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib", "/lib",
             "/usr/local/lib", "/usr/lib/aarch64-linux-gnu")
@@ -119,7 +120,7 @@ def judge_ib_hca(check, spec, ports, data):
             check.fail("ib_hca_not_rail", port["dev"], "NCCL_IB_HCA=%s selects %s (link layer %s), which is not a "
                        "GPU rail (rails are %s): NCCL WARN NET/IB : Unable to open device %s"
                        % (spec, port["dev"], port["link_layer"] or "non-fabric", rail_layer, port["dev"]))
-        elif not checklib.port_up(port):
+        elif not checklib_net.port_up(port):
             check.warn("ib_hca_down", port["dev"], "NCCL_IB_HCA selects %s, whose port is %s/%s"
                        % (port["dev"], port["state"], port["phys_state"]))
     chosen = [p for p in selected if (p["dev"], p["port"]) in rails]
@@ -143,7 +144,7 @@ def judge_gid_index(check, value, rails):
                    "rails" % index)
         return
     for port in roce:
-        gid, kind = checklib.port_gid(check, port["dev"], port["port"], index)
+        gid, kind = checklib_net.port_gid(check, port["dev"], port["port"], index)
         if gid is None:
             check.fail("gid_index_absent", port["dev"], "NCCL_IB_GID_INDEX=%d: GID %d is empty on %s port %s"
                        % (index, index, port["dev"], port["port"]))
@@ -185,7 +186,7 @@ def judge_plugin(check, value):
 
 
 def judge_fabric_switches(check, env, rails):
-    fabric_up = any(checklib.port_up(p) for p in rails)
+    fabric_up = any(checklib_net.port_up(p) for p in rails)
     if env.get("NCCL_IB_DISABLE") == "1" and fabric_up:
         check.warn("ib_disabled", "NCCL_IB_DISABLE", "NCCL_IB_DISABLE=1 keeps NCCL off the %d RDMA rails "
                    "(NET/Socket over TCP)" % len(rails))
@@ -202,8 +203,8 @@ def judge_fabric_switches(check, env, rails):
 def body(check):
     env = {k: os.environ[k] for k in WATCHED if os.environ.get(k, "") != ""}
     check.metrics["env"] = env
-    ports = checklib.rdma_ports(check)
-    data = checklib.data_ports(ports, check.profile)
+    ports = checklib_net.rdma_ports(check)
+    data = checklib_net.data_ports(ports, check.profile)
     check.metrics["rails"] = [p["dev"] for p in data]
     for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
         if var in env:

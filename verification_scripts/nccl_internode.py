@@ -13,6 +13,7 @@ launcher problems such as "not enough slots" are UNKNOWN.
 import re
 
 import checklib
+import checklib_net
 
 LOOPBACK_EFFICIENCY = 0.8  # busbw / (rail rate in GB/s) below which a loopback counts as slow
 BAD_WARNS = (
@@ -48,7 +49,7 @@ def command(check, binary, gpus, env):
 def judge_transport(check, result, rails):
     nets = sorted({via.split("/")[1] for via in result["transports"] if via.startswith("NET/")})
     check.metrics.update({"transports": nets, "gdrdma": result["gdr"]})
-    up = [p for p in rails if checklib.port_up(p)]
+    up = [p for p in rails if checklib_net.port_up(p)]
     if "Socket" in nets and up:
         check.fail("net_socket", check.host, "NCCL used NET/Socket although %d RDMA rails are up (%s)"
                    % (len(up), ", ".join(p["dev"] for p in up[:4])))
@@ -70,18 +71,18 @@ def judge_transport(check, result, rails):
 
 
 def body(check):
-    binary = checklib.find_nccl_test("all_reduce_perf")
+    binary = checklib_net.find_nccl_test("all_reduce_perf")
     if binary is None:
         check.unknown("all_reduce_perf not found (nccl-tests not installed; set NCCL_TESTS_DIR)")
-    rails = checklib.data_ports(checklib.rdma_ports(check), check.profile)
+    rails = checklib_net.data_ports(checklib_net.rdma_ports(check), check.profile)
     gpus = int(check.params.get("gpus") or check.profile.get("gpu_count") or 8)
     env = {"NCCL_SHM_DISABLE": "1", "NCCL_P2P_DISABLE": "1", "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
     argv = command(check, binary, gpus, env)
-    cmd, result = checklib.run_nccl_test(check, argv, float(check.params.get("run_timeout_s", 420)), env=env)
+    cmd, result = checklib_net.run_nccl_test(check, argv, float(check.params.get("run_timeout_s", 420)), env=env)
     if cmd.missing:
         check.unknown(cmd.why())
     judge_transport(check, result, rails)
-    largest = checklib.judge_nccl_test(check, cmd, result)
+    largest = checklib_net.judge_nccl_test(check, cmd, result)
     limit = threshold(check.profile)
     busbw = check.metrics["busbw"]
     check.metrics["threshold"] = round(limit, 2)

@@ -10,20 +10,21 @@ traffic went over PCIe/SHM.
 """
 
 import checklib
+import checklib_net
 
 
 def body(check):
-    binary = checklib.find_nccl_test("all_reduce_perf")
+    binary = checklib_net.find_nccl_test("all_reduce_perf")
     if binary is None:
         check.unknown("all_reduce_perf not found (nccl-tests not installed; set NCCL_TESTS_DIR)")
     gpus = int(check.params.get("gpus") or check.profile.get("gpu_count") or 8)
     size = str(check.params.get("size", "16G"))
     test_timeout = int(check.params.get("test_timeout_s", 240))
     argv = [binary, "-b", size, "-e", size, "-f", "2", "-g", str(gpus), "-c", "1", "-T", str(test_timeout)]
-    cmd, result = checklib.run_nccl_test(check, argv, float(check.params.get("run_timeout_s", test_timeout + 90)))
+    cmd, result = checklib_net.run_nccl_test(check, argv, float(check.params.get("run_timeout_s", test_timeout + 90)))
     for line in result["warns"]:
         check.info("nccl_warn", check.host, line.split("NCCL WARN", 1)[1].strip(), line)
-    largest = checklib.judge_nccl_test(check, cmd, result)
+    largest = checklib_net.judge_nccl_test(check, cmd, result)
     threshold = float(check.profile.get("nccl_intranode_busbw") or 0)
     busbw = check.metrics["busbw"]
     check.metrics["threshold"] = threshold

@@ -11,6 +11,7 @@ import json
 import re
 
 import checklib
+import checklib_net
 
 STATE_WORDS = {"active": "ACTIVE", "down": "DOWN", "initializing": "INIT", "init": "INIT", "armed": "ARMED"}
 
@@ -58,9 +59,9 @@ def parse_ibstatus(text):
         if port is None:
             continue
         if key == "state":
-            port["state"] = checklib._sysfs_enum(value).upper()
+            port["state"] = checklib_net.sysfs_enum(value).upper()
         elif key == "phys state":
-            port["phys_state"] = checklib._sysfs_enum(value)
+            port["phys_state"] = checklib_net.sysfs_enum(value)
         elif key == "rate":
             port["rate_gbps"] = checklib.to_float(value)
         elif key == "link_layer":
@@ -112,7 +113,7 @@ def describe(port):
 def body(check):
     profile = check.profile
     expected, rate = int(profile.get("hca_count") or 0), float(profile.get("ib_rate") or 0)
-    sysfs = checklib.rdma_ports(check)
+    sysfs = checklib_net.rdma_ports(check)
     cmd = check.run(["ibstat"])
     ibstat = parse_ibstat(cmd.out) if not cmd.missing else []
     if cmd.rc not in (0, 127) and not cmd.timed_out:
@@ -133,13 +134,13 @@ def body(check):
                        "expected %d HCAs" % expected)
             check.finish()
         check.unknown("no RDMA port information: /sys/class/infiniband unreadable, %s" % cmd.why())
-    data = checklib.data_ports(ports, profile)
+    data = checklib_net.data_ports(ports, profile)
     data_ids = {(p["dev"], p["port"]) for p in data}
     check.targets = [p["dev"] for p in data]
     layer = sorted({p["link_layer"] for p in data})
     check.metrics.update({
         "source": source, "hca_count": len(data), "hca_total": len(ports),
-        "active_count": sum(1 for p in data if checklib.port_up(p)),
+        "active_count": sum(1 for p in data if checklib_net.port_up(p)),
         "link_layer": layer[0] if len(layer) == 1 else layer,
         "rates_gbps": sorted({p["rate_gbps"] for p in data if p["rate_gbps"] is not None}),
         "firmware": sorted({p["fw_ver"] for p in data if p["fw_ver"]}),
@@ -148,7 +149,7 @@ def body(check):
         check.fail("hca_count", "host", "%d GPU-rail HCA ports (%s), expected %d"
                    % (len(data), "/".join(layer) or "none", expected))
     for port in data:
-        if not checklib.port_up(port):
+        if not checklib_net.port_up(port):
             check.fail("port_down", port["dev"], describe(port))
         elif rate and port["rate_gbps"] is not None and port["rate_gbps"] < rate:
             check.fail("rate_degraded", port["dev"], "%s (expected %g)" % (describe(port), rate))

@@ -6,6 +6,7 @@ profile's link count and speed, plus replay/recovery/CRC error counters (`nvidia
 import re
 
 import checklib
+import checklib_gpu
 
 GPU_RE = re.compile(r"^GPU (\d+): (.+?) \(UUID: ([^)]+)\)")
 LINK_RE = re.compile(r"^\s*Link (\d+): (.+?)\s*$")
@@ -71,7 +72,7 @@ def body(check):
     states = parse_dcgmi(dcgm.out)
     if not states:
         check.unknown("no NVLink status from nvidia-smi (%s) or dcgmi (%s)" % (
-            checklib.nvsmi_error(smi) or smi.why(), dcgm.why() if not dcgm.ok else "no GPU rows"))
+            checklib_gpu.nvsmi_error(smi) or smi.why(), dcgm.why() if not dcgm.ok else "no GPU rows"))
     check.metrics["source"] = "dcgmi"
     judge(check, {gpu: ([speed or 1.0] * s.count("U") + [None] * s.count("D")) if "U" in s or "D" in s else "inactive"
                   for gpu, s in states.items()}, expected, speed, states)

@@ -8,6 +8,7 @@ redirected (ACS/IOMMU).
 """
 
 import checklib
+import checklib_gpu
 
 TEST = "device_to_device_memcpy_read_ce"
 OUTLIER = 0.9  # a GPU at < 90 % of the node's median P2P bandwidth: links down on that GPU
@@ -32,7 +33,7 @@ def body(check):
     cmd = check.run(["nvbandwidth", "-t", TEST], timeout=limit)
     if cmd.missing:
         check.unknown("nvbandwidth not found")
-    test = checklib.parse_nvbandwidth(cmd.out).get(TEST)
+    test = checklib_gpu.parse_nvbandwidth(cmd.out).get(TEST)
     if not test or not test["rows"]:
         check.unknown("nvbandwidth gave no %s matrix (%s)" % (TEST, checklib.first_line(cmd.err) or cmd.why()))
     cells = {}

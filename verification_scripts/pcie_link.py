@@ -9,6 +9,8 @@ saving, so it is weak evidence.
 import re
 
 import checklib
+import checklib_gpu
+import checklib_logs
 
 FIELDS = ["index", "pci.bus_id", "pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current",
           "pcie.link.width.max"]
@@ -28,7 +30,7 @@ def lspci_links(check):
     for line in cmd.out.splitlines():
         match = DEVICE_RE.match(line)
         if match:
-            current = checklib.norm_bdf(match.group(1))
+            current = checklib_gpu.norm_bdf(match.group(1))
             devices[current] = {"rev": (match.group(3) or "").lower(), "line": line.strip()}
             continue
         if line and not line[0].isspace():
@@ -46,14 +48,14 @@ def lspci_links(check):
 def body(check):
     smi = check.run(["nvidia-smi", "--query-gpu=" + ",".join(FIELDS), "--format=csv,noheader,nounits"])
     rows = [r for r in checklib.parse_query_csv(smi.out, FIELDS) if checklib.to_int(r["index"]) is not None]
-    names = {checklib.norm_bdf(r["pci.bus_id"]): "GPU%s" % r["index"] for r in rows}
+    names = {checklib_gpu.norm_bdf(r["pci.bus_id"]): "GPU%s" % r["index"] for r in rows}
     links, lspci = lspci_links(check)
     for i, bdf in enumerate(sorted(links)):
         if bdf not in names and len(links) == len(names) + 1:
             names.setdefault(bdf, "GPU%d" % i)
     if not rows and not any("sta" in d or d["rev"] == "ff" for d in links.values()):
         check.unknown("no link status from nvidia-smi (%s) or lspci (%s)" % (
-            checklib.nvsmi_error(smi) or smi.why(), lspci.why() if not lspci.ok else "capabilities not readable"))
+            checklib_gpu.nvsmi_error(smi) or smi.why(), lspci.why() if not lspci.ok else "capabilities not readable"))
     reported = set()
     for row in rows:
         who = "GPU%s" % row["index"]
@@ -61,7 +63,7 @@ def body(check):
         width, width_max = checklib.to_int(row["pcie.link.width.current"]), checklib.to_int(row["pcie.link.width.max"])
         check.metrics.setdefault("links", {})[who] = "Gen%s x%s" % (gen, width)
         if width and width_max and width < width_max:
-            reported.add(checklib.norm_bdf(row["pci.bus_id"]))
+            reported.add(checklib_gpu.norm_bdf(row["pci.bus_id"]))
             check.fail("pcie_width_degraded", who, "%s PCIe link runs at x%d of x%d (riser/slot/cable fault)"
                        % (who, width, width_max), ", ".join(row[f] for f in FIELDS))
         if gen and gen_max and gen < gen_max:
@@ -91,7 +93,7 @@ def replays(check, names):
     for position, gpu in enumerate(checklib.parse_q_sections(smi.out)):
         value = checklib.to_int(gpu.get("PCI/Replays Since Reset"))
         if value is not None:
-            counts[names.get(checklib.norm_bdf(gpu["_bus_id"]), "GPU%d" % position)] = value
+            counts[names.get(checklib_gpu.norm_bdf(gpu["_bus_id"]), "GPU%d" % position)] = value
     check.metrics["replays"] = counts
     for who, value in sorted(counts.items()):
         if value > REPLAYS_WARN:
@@ -100,7 +102,7 @@ def replays(check, names):
 
 
 def aer(check, names):
-    lines, source = checklib.kernel_log(check)
+    lines, source = checklib_logs.kernel_log(check)
     if lines is None:
         check.metrics["aer"] = "kernel log unavailable: %s" % source
         return
@@ -108,14 +110,14 @@ def aer(check, names):
     for _, text in lines:
         match = BUS_ERROR_RE.search(text)
         if match:
-            bdf = checklib.norm_bdf(match.group(2))
+            bdf = checklib_gpu.norm_bdf(match.group(2))
             if bdf in names or match.group(1) == "nvidia":
                 bucket = corrected if match.group(3).lower() == "corrected" else fatal
                 bucket.setdefault(names.get(bdf, bdf), []).append(text.strip())
             continue
         match = AER_RE.search(text)
         if match and match.group(2):
-            bdf = checklib.norm_bdf(match.group(3))
+            bdf = checklib_gpu.norm_bdf(match.group(3))
             if bdf in names:
                 fatal.setdefault(names[bdf], []).append(text.strip())
     check.metrics["aer"] = {"corrected": {k: len(v) for k, v in corrected.items()},

@@ -15,6 +15,7 @@ import subprocess
 import time
 
 import checklib
+import checklib_net
 
 MSG_SIZE = 8388608
 BASE_PORT = 18515
@@ -65,7 +66,7 @@ def loopback(check, port, index, gpus, gdr):
     argv = ["ib_write_bw", "-d", port["dev"], "-i", str(port["port"]), "-p", str(BASE_PORT + index),
             "-s", str(MSG_SIZE), "-F", "--report_gbits", "--perform_warm_up"]
     if port["link_layer"] == "Ethernet":
-        table = [checklib.port_gid(check, port["dev"], port["port"], i) for i in range(16)]
+        table = [checklib_net.port_gid(check, port["dev"], port["port"], i) for i in range(16)]
         v2 = [i for i, (gid, kind) in enumerate(table) if gid and "v2" in kind]
         if v2:  # the last RoCE v2 entry is the IPv4-mapped one, as NCCL would pick
             argv += ["-x", str(v2[-1])]
@@ -89,7 +90,7 @@ def loopback(check, port, index, gpus, gdr):
 
 
 def body(check):
-    data = checklib.data_ports(checklib.rdma_ports(check), check.profile)
+    data = checklib_net.data_ports(checklib_net.rdma_ports(check), check.profile)
     if not data:
         check.unknown("no GPU-rail RDMA ports in /sys/class/infiniband")
     if shutil.which("ib_write_bw") is None:

@@ -11,6 +11,7 @@ import os
 import re
 
 import checklib
+import checklib_net
 
 LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64", "/lib64", "/usr/lib",
             "/usr/lib/aarch64-linux-gnu", "/lib/aarch64-linux-gnu", "/usr/local/lib")
@@ -51,7 +52,7 @@ def why_not(check, lib, provider, uverbs):
 
 
 def body(check):
-    kernel = check.listdir(checklib.IB_CLASS)
+    kernel = check.listdir(checklib_net.IB_CLASS)
     if not kernel:
         check.unknown("the kernel shows no RDMA devices in /sys/class/infiniband; nothing for user-space verbs "
                       "to open (see nic_config)")

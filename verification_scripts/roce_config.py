@@ -11,6 +11,7 @@ Every RoCE rail needs a populated RoCE v2 GID; NCCL_IB_GID_INDEX, when set, must
 import os
 
 import checklib
+import checklib_net
 
 IB_MTUS = (4096, 2048, 1024, 512, 256)
 ROCE_OVERHEAD = 88  # GRH + BTH + XRC/atomic ext + ICRC bytes the kernel subtracts (iboe_get_mtu)
@@ -54,7 +55,7 @@ def mtus_from_sysfs(check, data):
 def judge_gids(check, rails):
     index = checklib.to_int(os.environ.get("NCCL_IB_GID_INDEX", ""))
     for port in rails:
-        table = [checklib.port_gid(check, port["dev"], port["port"], i) for i in range(16)]
+        table = [checklib_net.port_gid(check, port["dev"], port["port"], i) for i in range(16)]
         v2 = [i for i, (gid, kind) in enumerate(table) if gid and "v2" in kind]
         if not v2:
             check.fail("no_roce_v2_gid", port["dev"], "%s port %s has no populated RoCE v2 GID (is its netdev up with "
@@ -69,10 +70,10 @@ def judge_gids(check, rails):
 
 def body(check):
     want = checklib.to_int(str(check.profile.get("ib_mtu", 4096))) or 4096
-    sysfs = checklib.rdma_ports(check)
+    sysfs = checklib_net.rdma_ports(check)
     cmd = check.run(["ibv_devinfo"])
     verbs = parse_devinfo(cmd.out) if cmd.ok else []
-    data = checklib.data_ports(sysfs or verbs, check.profile)
+    data = checklib_net.data_ports(sysfs or verbs, check.profile)
     if not data:
         check.unknown("no GPU-rail ports found (%s)" % ("no RDMA devices" if not (sysfs or verbs) else cmd.why()))
     by_id = {(p["dev"], p["port"]): p for p in verbs}

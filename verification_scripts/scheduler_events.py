@@ -11,6 +11,7 @@ import re
 import time
 
 import checklib
+import checklib_logs
 
 DEFAULT_WINDOW_S = 86400  # also the floor: users report a killed job hours after it died
 SLURM_LOGS = ["/var/log/slurm/slurmd.log", "/var/log/slurmd.log", "/var/log/slurm-llnl/slurmd.log"]
@@ -39,7 +40,7 @@ def journal_lines(check, window):
     if cmd.ok and "No journal files" not in cmd.text:
         for line in cmd.out.splitlines():
             ident = SYSLOG_IDENT.match(line)
-            journal.append((checklib._iso_epoch(line), ident.group(1) if ident else "", line))
+            journal.append((checklib_logs.iso_epoch(line), ident.group(1) if ident else "", line))
     # lines without short-iso timestamps are not a journal we can read (and "-- No entries --" is empty)
     if any(epoch is not None for epoch, _i, _t in journal) or (cmd.ok and "No entries" in cmd.out):
         sources.append("journalctl")

@@ -12,6 +12,7 @@ import re
 import time
 
 import checklib
+import checklib_logs
 
 MIN_WINDOW_S = 30 * 86400  # purges run long before the job trips over the missing file
 LOG_NAME = re.compile(r"purge|tmpreaper|tmpwatch|robinhood|rbh|scratch.*clean|cleanup", re.I)
@@ -31,7 +32,7 @@ def purge_lines(check, since):
                 continue
             sources.append("/var/log/" + name)
             for line in text.splitlines():
-                out.append((checklib._iso_epoch(line), "/var/log/" + name, line))
+                out.append((checklib_logs.iso_epoch(line), "/var/log/" + name, line))
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
     cmd = check.run(["journalctl", "--no-pager", "-o", "short-iso", "--since", stamp], timeout=90)
     if cmd.ok:
@@ -40,7 +41,7 @@ def purge_lines(check, since):
             ident = SYSLOG_IDENT.match(line)
             if ident and TOOL_IDENT.search(ident.group(1)):
                 tools.add(ident.group(1))
-                out.append((checklib._iso_epoch(line), ident.group(1), line))
+                out.append((checklib_logs.iso_epoch(line), ident.group(1), line))
         sources.extend("journal:%s" % t for t in sorted(tools))
     return out, sources
 

@@ -6,6 +6,7 @@ set (NV18 on H100 SXM), and every GPU with a NIC behind a nearby PCIe switch (PI
 import re
 
 import checklib
+import checklib_gpu
 
 CLOSENESS = ["X", "PIX", "PXB", "PHB", "NODE", "SYS"]
 SPLIT_RE = re.compile(r"\t+|\s{2,}")
@@ -38,7 +39,7 @@ def body(check):
     columns, rows, legend = parse_topo(smi.out)
     gpus = sorted((r for r in rows if r.startswith("GPU")), key=lambda r: int(r[3:]))
     if not gpus:
-        check.unknown("no topology matrix (%s)" % (checklib.nvsmi_error(smi) or smi.why()))
+        check.unknown("no topology matrix (%s)" % (checklib_gpu.nvsmi_error(smi) or smi.why()))
     nics = [c for c in columns if c.startswith(("NIC", "mlx5_"))]
     check.targets = gpus
     check.metrics.update({"gpus": len(gpus), "nics": [legend.get(n, n) for n in nics]})

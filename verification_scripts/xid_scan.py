@@ -10,6 +10,8 @@ import re
 import time
 
 import checklib
+import checklib_gpu
+import checklib_logs
 
 # NVSentinel's pattern; older drivers drop "PCI:" and pid/name
 XID_RE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F:.]+)\): (\d+)(?:, pid=([^,]*))?(?:, name=([^,]*))?, (.*)")
@@ -40,19 +42,19 @@ def window_lines(check):
     window = float(check.params.get("window_s", 7200) or 0)
     now = time.time()
     since = now - window if window > 0 else 0.0
-    lines, source = checklib.kernel_log(check, since_epoch=since)
+    lines, source = checklib_logs.kernel_log(check, since_epoch=since)
     if lines is None:
         check.unknown("kernel log not readable: %s" % source)
     if any("insufficient permissions" in text for _, text in lines[:5]):
         check.unknown("the journal hides kernel messages from this user (needs root or the adm/systemd-journal "
                       "group)")
-    boot = checklib.boot_epoch(check)
+    boot = checklib_logs.boot_epoch(check)
     kept, undated = [], 0
     for stamp, text in lines:
         if text.startswith("-- "):  # journalctl's "-- No entries --" / "-- Boot ... --" markers
             continue
         if stamp is None:
-            stamp = checklib.line_epoch(text, boot, now)
+            stamp = checklib_logs.line_epoch(text, boot, now)
         if stamp is None:
             undated += 1
         elif stamp < since:
@@ -65,15 +67,15 @@ def window_lines(check):
 
 def body(check):
     lines = window_lines(check)
-    index_of, mapped_by = checklib.gpu_index_map(check)
+    index_of, mapped_by = checklib_gpu.gpu_index_map(check)
     uuids = {}
     for _, text in lines:
         match = GPU_AT_RE.search(text)
         if match:
-            uuids[checklib.norm_bdf(match.group(1))] = match.group(2).lower()
+            uuids[checklib_gpu.norm_bdf(match.group(1))] = match.group(2).lower()
 
     def entity(address):
-        bdf = checklib.norm_bdf(address)
+        bdf = checklib_gpu.norm_bdf(address)
         index = index_of.get(bdf)
         if index is None and bdf in uuids:
             index = index_of.get(uuids[bdf])
@@ -150,7 +152,7 @@ def recovery(check, where, raw):
 
 def sxid(check, match):
     switch, bdf, code, detail = match.groups()
-    where = "%s (%s)" % (switch, checklib.norm_bdf(bdf) or bdf)
+    where = "%s (%s)" % (switch, checklib_gpu.norm_bdf(bdf) or bdf)
     check.metrics.setdefault("sxids", {}).setdefault(code, [])
     if where not in check.metrics["sxids"][code]:
         check.metrics["sxids"][code].append(where)

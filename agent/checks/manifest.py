@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 from agent.paths import SCRIPTS_DIR
 
 Tier = Literal["passive", "active", "intrusive"]
-LIB_SCRIPT = "checklib.py"
+LIB_SCRIPTS = ("checklib.py", "checklib_gpu.py", "checklib_logs.py", "checklib_net.py")  # shipped with each script
 
 
 class CheckSpec(BaseModel):

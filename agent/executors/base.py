@@ -29,7 +29,7 @@ class Executor(ABC):
 
     @abstractmethod
     def run_script(self, script: Path, params: dict[str, Any], timeout: float) -> ScriptRun:
-        """Run `script` (shipped with checklib.py) with params JSON on stdin; never raises for host errors."""
+        """Run `script` (shipped with the checklib modules) with params JSON on stdin; never raises for host errors."""
 
     def close(self) -> None:  # noqa: B027 - optional hook; most executors hold nothing open
         """Release connections and remote temp files."""

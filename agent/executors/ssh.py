@@ -14,7 +14,7 @@ from typing import Any
 
 import paramiko
 
-from agent.checks.manifest import LIB_SCRIPT
+from agent.checks.manifest import LIB_SCRIPTS
 from agent.executors.base import Executor, ScriptRun
 
 
@@ -91,7 +91,7 @@ class SshExecutor(Executor):
                 raise ConnectionError(f"could not create a temp dir on {self.target.host}")
         sftp = client.open_sftp()
         try:
-            for path in (script.parent / LIB_SCRIPT, script):
+            for path in (*(script.parent / lib for lib in LIB_SCRIPTS), script):
                 if path.name not in self._uploaded:
                     sftp.put(str(path), f"{self._remote_dir}/{path.name}")
                     self._uploaded.add(path.name)

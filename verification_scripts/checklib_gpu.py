@@ -1,0 +1,122 @@
+"""GPU helpers shared by the GPU checks: PCI bus ids and GPU indexes, CUDA error kinds, nvidia-smi failures,
+nvbandwidth output. Shipped with checklib.py; python3 stdlib only (>= 3.8)."""
+
+import re
+
+from checklib import parse_query_csv, to_int
+
+# ---- GPU helpers (shared by the GPU checks) -----------------------------------------------------------
+BDF_RE = re.compile(r"(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.([0-7]))?")
+
+
+def norm_bdf(text):
+    """Any PCI address spelling ('00000000:5D:00.0', 'PCI:0000:5d:00', '5d:00.0') -> '0000:5d:00', or None."""
+    match = BDF_RE.search((text or "").replace("PCI:", ""))
+    if not match:
+        return None
+    return "%04x:%s:%s" % (int(match.group(1) or "0", 16), match.group(2).lower(), match.group(3).lower())
+
+
+def gpu_index_map(check):
+    """{normalized BDF: NVML index} from nvidia-smi; else from lspci, whose PCI order is NVML's index order.
+
+    Returns (mapping, source) where source is 'nvidia-smi', 'lspci' or None; uuids map too when known.
+    """
+    fields = ["index", "pci.bus_id", "uuid"]
+    cmd = check.run(["nvidia-smi", "--query-gpu=" + ",".join(fields), "--format=csv,noheader"])
+    mapping = {}
+    for row in parse_query_csv(cmd.out, fields):
+        index = to_int(row["index"])
+        if index is not None and norm_bdf(row["pci.bus_id"]):
+            mapping[norm_bdf(row["pci.bus_id"])] = index
+            mapping[row["uuid"].lower()] = index
+    lspci = check.run(["lspci", "-D", "-d", "10de:"])
+    controllers = sorted(norm_bdf(line.split()[0]) for line in lspci.out.splitlines()
+                         if " 3D controller" in line or " VGA compatible controller" in line)
+    if mapping:
+        # a GPU nvidia-smi cannot list (lost from the bus) keeps its PCI position as index, unless an
+        # unbound GPU shifted NVML's numbering
+        if all(mapping.get(bdf, index) == index for index, bdf in enumerate(controllers)):
+            for index, bdf in enumerate(controllers):
+                mapping.setdefault(bdf, index)
+        return mapping, "nvidia-smi"
+    if controllers:
+        return {bdf: index for index, bdf in enumerate(controllers)}, "lspci"
+    return {}, None
+
+
+# (finding id, substring of the CUDA/torch error text, severity)
+CUDA_ERROR_KINDS = [
+    ("ecc_uncorrectable", "uncorrectable ECC error", "FAIL"),
+    ("driver_insufficient", "driver version is insufficient for CUDA runtime version", "FAIL"),
+    ("driver_insufficient", "driver on your system is too old", "FAIL"),
+    ("driver_mismatch", "unsupported display driver / cuda driver combination", "FAIL"),
+    ("fabric_not_initialized", "system not yet initialized", "FAIL"),
+    ("no_kernel_image", "no kernel image is available for execution on the device", "FAIL"),
+    ("invalid_device_ordinal", "invalid device ordinal", "FAIL"),
+    ("no_driver", "Found no NVIDIA driver", "FAIL"),
+    ("no_device", "no CUDA-capable device is detected", "FAIL"),
+    ("no_device", "No CUDA GPUs are available", "FAIL"),
+    ("illegal_memory_access", "an illegal memory access was encountered", "FAIL"),
+    ("out_of_memory", "out of memory", "WARN"),
+    ("cuda_unknown_error", "unknown error", "FAIL"),
+]
+
+
+# errors that say the software stack cannot use the GPU at all: a probe failing with one of these says nothing
+# about the GPU's health
+CUDA_SETUP_ERRORS = {"driver_insufficient", "driver_mismatch", "fabric_not_initialized", "no_kernel_image",
+                     "invalid_device_ordinal", "no_driver", "no_device"}
+
+
+def classify_cuda_error(text):
+    """(finding id, severity) of a CUDA/torch error message."""
+    lowered = text.lower()
+    for kind, needle, severity in CUDA_ERROR_KINDS:
+        if needle.lower() in lowered:
+            return kind, severity
+    return "cuda_error", "FAIL"
+
+
+def nvsmi_error(cmd):
+    """Why an nvidia-smi call gave no usable output (driver errors quoted as printed), or None."""
+    if cmd.missing or cmd.timed_out:
+        return cmd.why()
+    for line in cmd.text.splitlines():
+        if "Failed to initialize NVML" in line or "couldn't communicate with the NVIDIA driver" in line \
+                or "is not a valid field" in line:
+            return "nvidia-smi: " + line.strip()
+    return None
+
+
+NVB_RUNNING_RE = re.compile(r"^Running (\S+?)\.?$")
+NVB_ROW_RE = re.compile(r"^\s*(\d+)((?:\s+(?:-?\d+(?:\.\d+)?|N/A))+)\s*$")
+NVB_SUM_RE = re.compile(r"^SUM (\S+) ([\d.]+)")
+
+
+def parse_nvbandwidth(text):
+    """nvbandwidth output -> {test: {'title', 'columns', 'rows': {row: [value or None]}, 'sum'}}."""
+    tests, current = {}, None
+    for line in (text or "").splitlines():
+        match = NVB_RUNNING_RE.match(line.strip())
+        if match:
+            current = tests.setdefault(match.group(1), {"title": "", "columns": [], "rows": {}, "sum": None})
+            continue
+        match = NVB_SUM_RE.match(line.strip())
+        if match and match.group(1) in tests:
+            tests[match.group(1)]["sum"] = float(match.group(2))
+            current = None
+            continue
+        if current is None or not line.strip():
+            continue
+        if not current["title"] and ("bandwidth" in line or "latency" in line):
+            current["title"] = line.strip()
+            continue
+        tokens = line.split()
+        if not current["columns"] and tokens and all(t.isdigit() for t in tokens):
+            current["columns"] = [int(t) for t in tokens]
+            continue
+        match = NVB_ROW_RE.match(line)
+        if match and current["columns"]:
+            current["rows"][int(match.group(1))] = [None if v == "N/A" else float(v) for v in match.group(2).split()]
+    return tests

@@ -1,0 +1,100 @@
+"""Kernel and system log helpers for the verification scripts: where to read the kernel log, and the time of a
+line in any common format. Shipped with checklib.py; python3 stdlib only (>= 3.8)."""
+
+import re
+import time
+
+from checklib import to_float
+
+
+def kernel_log(check, since_epoch=None):
+    """Kernel log lines as (epoch_seconds or None, text), newest source first.
+
+    journalctl -k (with --since) is preferred, then dmesg with ISO time, then kern.log/syslog.
+    Returns (lines, source) or (None, reason) when no source is readable.
+    """
+    if since_epoch is None:
+        since_epoch = time.time() - float(check.params.get("window_s", 7200))
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since_epoch))
+    cmd = check.run(["journalctl", "-k", "--no-pager", "-o", "short-iso", "--since", since], timeout=60)
+    if cmd.ok and "No journal files" not in cmd.text:
+        return [(iso_epoch(line), line) for line in cmd.out.splitlines() if line.strip()], "journalctl -k"
+    reasons = [cmd.why()]
+    cmd = check.run(["dmesg", "--time-format", "iso"], timeout=60)
+    if cmd.ok:
+        lines = [(iso_epoch(line), line) for line in cmd.out.splitlines() if line.strip()]
+        return [(t, text) for t, text in lines if t is None or t >= since_epoch], "dmesg"
+    reasons.append(cmd.why())
+    for path in ("/var/log/kern.log", "/var/log/syslog", "/var/log/messages"):
+        text = check.read(path)
+        if text is not None:
+            return [(None, line) for line in text.splitlines() if line.strip()], path
+    reasons.append("no readable kern.log/syslog/messages")
+    return None, "; ".join(reasons)
+
+
+ISO_RE = re.compile(r"^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:[.,]\d+)?([+-]\d{2}:?\d{2}|Z)?")
+
+
+def iso_epoch(line):
+    match = ISO_RE.match(line)
+    if not match:
+        return None
+    tz = match.group(3) or ""
+    stamp = "%sT%s%s" % (match.group(1), match.group(2), tz.replace("Z", "+00:00"))
+    if re.search(r"[+-]\d{4}$", stamp):
+        stamp = stamp[:-2] + ":" + stamp[-2:]
+    try:
+        from datetime import datetime
+
+        parsed = datetime.fromisoformat(stamp)
+        if parsed.tzinfo is None:
+            return time.mktime(parsed.timetuple())
+        return parsed.timestamp()
+    except ValueError:
+        return None
+
+
+MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
+                                       "Dec"), 1)}
+DECODE_PREFIX_RE = re.compile(r"^[a-z]+\s*:[a-z]+\s*: ")  # dmesg -x: 'kern  :warn  : '
+CTIME_RE = re.compile(r"^\[?[A-Z][a-z]{2} ([A-Z][a-z]{2})\s+(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\]?")
+SYSLOG_RE = re.compile(r"^([A-Z][a-z]{2})\s+(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) ")
+MONO_RE = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]")
+KMSG_RE = re.compile(r"^\d+,\d+,(\d+),[^;]*;")
+
+
+def boot_epoch(check):
+    """When the host booted (from /proc/uptime), to date raw dmesg and /dev/kmsg lines; None if unknown."""
+    text = check.read("/proc/uptime")
+    value = to_float(text.split()[0]) if text and text.split() else None
+    return time.time() - value if value is not None else None
+
+
+def line_epoch(line, boot=None, now=None):
+    """Epoch seconds of a kernel or syslog line in any common format (ISO, dmesg -T, syslog, raw, kmsg)."""
+    text = DECODE_PREFIX_RE.sub("", line, count=1)
+    stamp = iso_epoch(text)
+    if stamp is not None:
+        return stamp
+    now = time.time() if now is None else now
+    match = CTIME_RE.match(text)
+    if match and match.group(1) in MONTHS:
+        month, day, hh, mm, ss, year = match.groups()
+        return time.mktime((int(year), MONTHS[month], int(day), int(hh), int(mm), int(ss), 0, 0, -1))
+    match = SYSLOG_RE.match(text)
+    if match and match.group(1) in MONTHS:
+        month, day, hh, mm, ss = match.groups()
+        year = time.localtime(now).tm_year
+        stamp = time.mktime((year, MONTHS[month], int(day), int(hh), int(mm), int(ss), 0, 0, -1))
+        # syslog has no year: a stamp in the future belongs to last year
+        return stamp if stamp <= now + 86400 else time.mktime(
+            (year - 1, MONTHS[month], int(day), int(hh), int(mm), int(ss), 0, 0, -1))
+    if boot is not None:
+        match = MONO_RE.match(text)
+        if match:
+            return boot + float(match.group(1))
+        match = KMSG_RE.match(text)
+        if match:
+            return boot + int(match.group(1)) / 1e6
+    return None
