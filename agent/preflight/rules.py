@@ -12,9 +12,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from agent.checks.versions import known_bad_entry, vkey
 from agent.paths import KNOWLEDGE_DIR, ROOT
 from agent.preflight.collect import HostEnv
-from agent.sim.tools._versions import known_bad_entry, vkey
 
 RULES_PATH = KNOWLEDGE_DIR / "known_bad.yaml"
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import re
 import time
 
+from agent.checks.versions import vkey
 from agent.sim.faults.registry import FaultError, Param, fault, noise
 from agent.sim.state import GpuProcess, HostState, Process, SelEvent, StackFrame, Thread
 from agent.sim.tools._nvml import bdf_kernel
-from agent.sim.tools._versions import TORCH_FOR_NCCL, driver_max_cuda, known_bad_version, min_driver_for, vkey
+from agent.sim.tools._versions import TORCH_FOR_NCCL, driver_max_cuda, known_bad_version, min_driver_for
 
 SW = "SYSTEM_SOFTWARE"
 PY = "/usr/bin/python3"

@@ -18,9 +18,10 @@ import types
 import warnings
 from typing import Any
 
+from agent.checks.versions import vkey
 from agent.sim.state import Gpu, HostState
 from agent.sim.tools import _nvml as nvml
-from agent.sim.tools._versions import min_driver_for, vkey
+from agent.sim.tools._versions import min_driver_for
 
 CUDA_TAIL = ("\nCUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
              "might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1.\nCompile with "

@@ -6,8 +6,7 @@ and cannot import this); both follow the CUDA toolkit release notes.
 
 from __future__ import annotations
 
-import re
-from typing import Any
+from agent.checks.versions import known_bad_entry, vkey
 
 # minimum Linux driver for a CUDA runtime (11.x and 12.x through minor-version compatibility)
 MIN_DRIVER = [((13, 0), "580.65.06"), ((12, 0), "525.60.13"), ((11, 0), "450.80.02"), ((10, 2), "440.33"),
@@ -34,18 +33,6 @@ TORCH_FOR_NCCL = {"2.14.3": "2.0.1", "2.18.1": "2.1.0", "2.19.3": "2.2.2", "2.20
                   "2.22.3": "2.6.0", "2.26.2": "2.7.0"}
 
 
-def vkey(text: str) -> tuple[int, ...]:
-    """(535, 161, 8) for '535.161.08'; local suffixes ('+cu121', '-1') are dropped."""
-    core = re.split(r"[+\s~-]", str(text).strip().lstrip("vV"), maxsplit=1)[0]
-    parts = []
-    for piece in core.split("."):
-        match = re.match(r"\d+", piece)
-        if not match:
-            break
-        parts.append(int(match.group(0)))
-    return tuple(parts)
-
-
 def min_driver_for(cuda: str | None) -> str | None:
     if not cuda:
         return None
@@ -56,33 +43,6 @@ def min_driver_for(cuda: str | None) -> str | None:
 def driver_max_cuda(driver: str) -> str:
     branch = (vkey(driver) or (0,))[0]
     return next((cuda for floor, cuda in DRIVER_CUDA if branch >= floor), "8.0")
-
-
-def pattern_matches(pattern: str, version: str) -> bool:
-    """known_bad.yaml patterns: exact ('2.20.5'), minor ('2.20.*') or driver branch ('525')."""
-    have = vkey(version)
-    if not have:
-        return False
-    if pattern.endswith(".*"):
-        prefix = vkey(pattern[:-2])
-        return have[:len(prefix)] == prefix
-    if "." not in pattern:
-        return have[:1] == vkey(pattern)
-    return have == vkey(pattern)
-
-
-def known_bad_entry(kind: str, version: str, table: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    """The known_bad.yaml entry that lists `version` under `kind`, honouring fixed_in; None if not listed."""
-    if table is None:
-        from agent.checks.manifest import load_known_bad
-
-        table = load_known_bad()
-    for entry in table.get(kind) or []:
-        if entry.get("fixed_in") and vkey(version) >= vkey(str(entry["fixed_in"])):
-            continue
-        if any(pattern_matches(str(p), version) for p in entry.get("versions") or []):
-            return entry
-    return None
 
 
 def known_bad_version(kind: str, requested: str | None) -> str:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import fnmatch
 import json
 
+from agent.checks.versions import vkey
 from agent.sim.state import HostState
 from agent.sim.tools import ToolOutput, usage_error
-from agent.sim.tools._versions import vkey
 
 COMMANDS = ("dpkg-query", "rpm", "nvcc", "nvidia-ctk", "nvidia-container-cli", "docker")
 NVCC_BUILD = {"12": ("Tue_Aug_15_22:02:13_PDT_2023", "33191640_0"), "11": ("Wed_Sep_21_10:33:58_PDT_2022",

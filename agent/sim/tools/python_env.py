@@ -8,9 +8,9 @@ packages, so importlib.metadata reports their versions. files() puts the libnccl
 
 from __future__ import annotations
 
+from agent.checks.versions import vkey
 from agent.paths import PACKAGE_DIR
 from agent.sim.state import HostState
-from agent.sim.tools._versions import vkey
 
 COMMANDS: tuple[str, ...] = ()
 SITE = "/usr/local/lib/python3.10/dist-packages"
