@@ -1,6 +1,6 @@
 """The benchmark harness (eval/harness, `aidai eval`): metrics math on hand-made rows, fake methods through the
 runner (a perfect one, one that always escalates, ones that raise or kill their worker), the unseen-label
-taxonomy, and one end-to-end CLI run of AidAI on simulated hosts. Nothing here reads ../shared."""
+taxonomy, and one end-to-end CLI run of AidAI on simulated hosts; the records are written here."""
 
 from __future__ import annotations
 
