@@ -7,7 +7,8 @@ DEV_INCIDENTS ?= ../shared/eval/dev_incidents.jsonl
 BENCH_OUT ?= eval/results/diagnosis
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install sshd test test-llm lint demo bench eval clean bench-diagnosis bench-l4 bench-reveal
+.PHONY: install sshd chromium test test-llm lint demo bench eval clean bench-diagnosis bench-l4 bench-reveal \
+	bench-kaiops bench-history bench-server
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,7 +20,12 @@ sshd:
 	@test -x /usr/sbin/sshd || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends openssh-server >/dev/null; }
 
-install: $(STAMP) sshd
+# The web page test drives Debian's chromium headless through Debian's chromedriver (Selenium); no browser download.
+chromium:
+	@{ command -v chromium && command -v chromedriver; } >/dev/null || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; }
+
+install: $(STAMP) sshd chromium
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -35,7 +41,7 @@ test-llm: install
 demo: install
 	$(BIN)/aidai demo
 
-bench: install bench-diagnosis bench-l4 bench-reveal
+bench: install bench-diagnosis bench-l4 bench-reveal bench-kaiops bench-history bench-server
 	$(BIN)/python -m eval.bench_checks
 
 # L4 log localizer: throughput vs plain Drain3, Loghub grouping accuracy (research-only data, read in place),
@@ -52,6 +58,18 @@ bench-reveal: install
 # Diagnosis on the dev incidents (../shared/eval/dev_incidents.jsonl): ours only, history = the seed DB.
 eval: install
 	$(BIN)/aidai eval --incidents $(DEV_INCIDENTS) --method aidai --out $(BENCH_OUT) --tag aidai-seed
+
+# KAIOPS: held-out generated tasks, KAIOPS vs DT/RF and the modality ablations (eval/results/kaiops.md).
+bench-kaiops: install
+	$(BIN)/python -m eval.bench_kaiops --seed 1000 --tasks 10000 --out eval/results/kaiops.md
+
+# Offline phase on the dev incidents: taxonomy built from the records vs shipped, feedback loop (eval/results/history.md).
+bench-history: install
+	$(BIN)/python -m eval.bench_history
+
+# aidai serve under load: 20 concurrent diagnoses through the API (eval/results/server.md, ~2 min).
+bench-server: install
+	$(BIN)/python -m eval.bench_server --runs 20 --workers 4 --out eval/results/server.md
 
 clean:
 	rm -rf $(VENV) demo-host

@@ -3,6 +3,10 @@
 A run has an id (the LangGraph thread id). Its options are saved next to the checkpoint, so `resume(run_id)`
 rebuilds the same hosts and reasoner in a new process and continues from the last finished step; the checks
 finished before a kill are in the checkpointed state and are not run again.
+
+Next to the checkpoint, each run keeps `<run_id>.audit.jsonl` (the append-only audit log, agent/audit.py) and
+`<run_id>.redaction.json` (0600: the placeholders of everything sent to an LLM or put in a ticket, so the local
+report can show the real values; it never leaves the machine).
 """
 
 from __future__ import annotations
@@ -20,13 +24,17 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
 from agent import pretriage
+from agent.audit import AuditLog, audit_path, local_user
 from agent.checks.runner import CheckRunner
 from agent.executors.hosts import SshOptions, executors_for
 from agent.graph.build import Approval, DiagnosisGraph, Emit, GraphTools, initial_state
 from agent.incident import Incident
+from agent.limits import Limits
 from agent.reasoning.base import KBPassage, PastIncident, Reasoner
 from agent.reasoning.factory import make_reasoner
 from agent.reasoning.offline import OfflineReasoner
+from agent.reasoning.prompts import PROMPT_VERSION
+from agent.redact import Redactor
 from agent.report import Report, build_report
 from agent.taxonomy import Taxonomy, load_taxonomy
 
@@ -54,8 +62,18 @@ class DiagnoseOptions:
     knowledge: bool = True  # pipeline 3's knowledge base
     kb_dir: str | None = None  # markdown KB to read instead of the bundled knowledge/kb
     max_feedback_rounds: int = 0  # exploration questions asked before escalating (0: none, batch runs)
-    pretriage: list[str] = field(default_factory=lambda: ["preflight", "l4", "reveal"])  # see agent/pretriage.py
+    # see agent/pretriage.py
+    pretriage: list[str] = field(default_factory=lambda: ["preflight", "l4", "reveal", "kaiops"])
     checkpoint: bool = True
+    # per-investigation limits (None: unlimited); a limit reached concludes the run with the reason
+    max_checks: int | None = None
+    max_wall_s: float | None = None
+    max_llm_tokens: int | None = None
+    operator: str = ""  # who started the run (approver of record under approval all/none); default: the OS user
+    redact_llm: bool = True  # redact every prompt sent to an LLM (reversibly, the mapping stays local)
+
+    def limits(self) -> Limits:
+        return Limits(max_checks=self.max_checks, max_wall_s=self.max_wall_s, max_llm_tokens=self.max_llm_tokens)
 
 
 def data_dir(options: DiagnoseOptions) -> Path:
@@ -105,13 +123,21 @@ class Diagnoser:
         self.retrieval = retrieval or Retrieval(self.options)
         self.runner = runner or CheckRunner(executors_for(self.options.hosts, SshOptions(**self.options.ssh)),
                                             profile_name=self.options.profile)
+        self.operator = self.options.operator or local_user()
+        self.audit: AuditLog | None = None  # the current run's log, opened by run/resume
+        self.redactor: Redactor | None = None
         self.tools = GraphTools(
             taxonomy=self.taxonomy, reasoner=self.reasoner, runner=self.runner,
             retrieve=self.retrieval.similar if self.options.history else None,
             kb_query=self.retrieval.passages if self.options.knowledge else None,
             pretriage=pretriage.tools(self.options.pretriage, self.runner),
             emit=emit or (lambda event: None), approval=self.options.approval,
-            max_feedback_rounds=self.options.max_feedback_rounds)
+            max_feedback_rounds=self.options.max_feedback_rounds, limits=self.options.limits(),
+            audit=self._audit, operator=self.operator)
+        if hasattr(self.reasoner, "token_budget"):
+            self.reasoner.token_budget = self.options.max_llm_tokens
+        if hasattr(self.reasoner, "on_call"):
+            self.reasoner.on_call = self._audit
         self._conn: sqlite3.Connection | None = None
         self.graph = DiagnosisGraph(self.tools).build(self._checkpointer())
 
@@ -120,8 +146,14 @@ class Diagnoser:
         run_id = run_id or new_run_id()
         if not incident.hosts:  # what preflight and the ticket see: the hosts the checks run on
             incident = incident.model_copy(update={"hosts": list(self.options.hosts)})
+        self._open(run_id, incident)  # first: a run id that cannot name files is refused before anything is saved
         if self.options.checkpoint:
             save_run(self.options, run_id, incident)
+        self._audit({"event": "run", "operator": self.operator, "hosts": list(self.runner.executors),
+                     "approval": self.options.approval, "reasoner": getattr(self.reasoner, "name", "offline"),
+                     "model": self.options.model if self.options.llm != "offline" else None,
+                     "prompt_version": PROMPT_VERSION, "limits": self.tools.limits.as_dict(),
+                     "redact_llm": self.options.redact_llm})
         return self._drive(initial_state(incident), run_id, answer)
 
     def resume(self, run_id: str, answer: Answer | None = None) -> Report:
@@ -130,8 +162,13 @@ class Diagnoser:
         if not state.values:
             raise RunNotFound(f"run {run_id!r} has no checkpoint in {runs_dir(self.options)}")
         pending = self._pending(state)
-        if not state.next:
+        self._open(run_id, Incident.model_validate(state.values["incident"]))
+        # a process killed after a step's writes were saved but before the next checkpoint leaves no `next`, only
+        # the step's tasks: continuing applies the saved writes (the step is not run again); it is not finished
+        if not state.next and not state.tasks:
             return self._report(run_id, state.values, 0.0)
+        self._audit({"event": "resume", "operator": self.operator, "approval": self.options.approval,
+                     "limits": self.tools.limits.as_dict(), "waiting_for": (pending or {}).get("kind")})
         if pending is not None:
             if answer is None:
                 raise RunNotFound(f"run {run_id!r} waits for an answer to: {pending.get('kind')}")
@@ -143,7 +180,10 @@ class Diagnoser:
         began = time.perf_counter()
         payload: Any = start
         while True:
-            self.graph.invoke(payload, config)
+            try:
+                self.graph.invoke(payload, config)
+            finally:  # whatever happened, the placeholders already sent stay restorable
+                self._save_mapping(run_id)
             state = self.graph.get_state(config)
             pending = self._pending(state)
             if pending is None:
@@ -157,6 +197,26 @@ class Diagnoser:
     def _pending(state: Any) -> dict[str, Any] | None:
         interrupts = getattr(state, "interrupts", ()) or ()
         return dict(interrupts[0].value) if interrupts else None
+
+    # ---- audit and redaction ------------------------------------------------------------------------------
+    def _open(self, run_id: str, incident: Incident) -> None:
+        """The run's audit log and redactor (continuing a resumed run's mapping)."""
+        if self.options.checkpoint:
+            self.audit = AuditLog(audit_path(runs_dir(self.options), run_id), run_id)
+        self.redactor = Redactor(hostnames=[*self.runner.executors, *incident.hosts],
+                                 usernames=[self.operator, *ssh_users(self.options.hosts)])
+        if self.options.checkpoint:
+            self.redactor.load(mapping_path(self.options, run_id))
+        if hasattr(self.reasoner, "redactor"):
+            self.reasoner.redactor = self.redactor if self.options.redact_llm else None
+
+    def _audit(self, event: dict[str, Any]) -> None:
+        if self.audit is not None:
+            self.audit.append(event)
+
+    def _save_mapping(self, run_id: str) -> None:
+        if self.options.checkpoint and self.redactor is not None and self.redactor.originals:
+            self.redactor.save(mapping_path(self.options, run_id))
 
     def _report(self, run_id: str, values: dict[str, Any], seconds: float) -> Report:
         return build_report(run_id, values, self.taxonomy, usage=getattr(self.reasoner, "usage", None),
@@ -184,6 +244,16 @@ class Diagnoser:
 # ---- saved runs -------------------------------------------------------------------------------------------
 def runs_dir(options: DiagnoseOptions) -> Path:
     return data_dir(options) / "runs"
+
+
+def mapping_path(options: DiagnoseOptions, run_id: str) -> Path:
+    return runs_dir(options) / f"{run_id}.redaction.json"
+
+
+def ssh_users(specs: list[str]) -> list[str]:
+    from urllib.parse import urlsplit
+
+    return [u for s in specs if s.startswith("ssh://") and (u := urlsplit(s).username)]
 
 
 def new_run_id() -> str:

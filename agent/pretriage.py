@@ -1,7 +1,8 @@
 """The pre-triage tools the graph runs before pipeline 1: preflight on the hosts (always: a few passive checks
-the DFS would run anyway, shared through the runner's cache), L4 on the job's logs and Reveal on host telemetry
-when the incident has them attached. A tool's module is imported only when the incident has its attachment:
-L4 and Reveal pull in drain3, Dask and pandas, seconds of import a plain diagnosis should not pay."""
+the DFS would run anyway, shared through the runner's cache), and when the incident has them attached, L4 on the
+job's logs, Reveal on host telemetry and KAIOPS on the job's minute-level metrics. A tool's module is imported
+only when the incident has its attachment: L4 and Reveal pull in drain3, Dask and pandas, KAIOPS torch and its
+checkpoint, seconds of import a plain diagnosis should not pay."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ TOOLS: dict[str, tuple[str | None, str]] = {
     "preflight": (None, "agent.preflight.tool:preflight_pretriage"),
     "l4": ("logs", "agent.l4.tool:l4_pretriage"),
     "reveal": ("telemetry", "agent.reveal.tool:reveal_pretriage"),
+    "kaiops": ("metrics", "agent.kaiops.tool:kaiops_pretriage"),
 }
 
 

@@ -267,3 +267,40 @@ class Taxonomy:
 def load_taxonomy(path: Path | None = None) -> Taxonomy:
     """The shipped (or given) taxonomy, validated against the schema, the rules and the manifest; cached."""
     return Taxonomy.from_dict(read_taxonomy_file(path))
+
+
+def aligned_manifest(data: dict[str, Any], manifest: Manifest | None = None) -> Manifest:
+    """The manifest with each check's `nodes` rewritten to the labels that list it in `data`: a candidate taxonomy
+    (built from history, not yet applied) is validated and used against its own bindings."""
+    manifest = manifest if manifest is not None else load_manifest()
+    listed: dict[str, list[str]] = {}
+
+    def walk(node: dict[str, Any], label: str) -> None:
+        for child in node.get("children", []):
+            child_label = f"{label}.{child['name']}" if label else child["name"]
+            for check in child.get("checks", []):
+                listed.setdefault(check, []).append(child_label)
+            walk(child, child_label)
+
+    walk(data, "")
+    return Manifest(checks=[spec.model_copy(update={"nodes": listed.get(spec.id, [])}) for spec in manifest.checks])
+
+
+def manifest_changes(data: dict[str, Any], manifest: Manifest | None = None) -> dict[str, dict[str, list[str]]]:
+    """Per check, the `nodes` the manifest must gain and lose to agree with `data` (empty when it agrees)."""
+    manifest = manifest if manifest is not None else load_manifest()
+    aligned = aligned_manifest(data, manifest)
+    out: dict[str, dict[str, list[str]]] = {}
+    for spec, new in zip(manifest.checks, aligned.checks, strict=True):
+        add = [n for n in new.nodes if n not in spec.nodes]
+        drop = [n for n in spec.nodes if n not in new.nodes]
+        if add or drop:
+            out[spec.id] = {"add": add, "remove": drop}
+    return out
+
+
+def load_candidate(path: Path) -> Taxonomy:
+    """A taxonomy file that is not the shipped one (e.g. built from history), validated against the schema, the
+    rules and its own check bindings (`aligned_manifest`); raises TaxonomyError listing every problem."""
+    data = read_taxonomy_file(path)
+    return Taxonomy.from_dict(data, aligned_manifest(data))

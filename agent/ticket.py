@@ -2,12 +2,15 @@
 
 Markdown for people and JSON for the provider's tooling, both from the same redacted data: summary,
 environment signature, hypotheses tested with the DFS path, every check run (command, verdict, key findings,
-output hash), similar past incidents, pre-triage results and suggested next steps.
+output hash), similar past incidents, pre-triage results and suggested next steps. With the run's Redactor, the
+ticket uses the same placeholders as the prompts the LLM saw; the mapping itself is never part of a ticket.
 """
 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +20,11 @@ from agent.report import Report
 MAX_FINDINGS = 5
 
 
-def ticket_data(report: Report, hostnames: list[str] | None = None) -> dict[str, Any]:
-    redactor = Redactor([*(hostnames or []), *report.hosts])
+def ticket_data(report: Report, hostnames: list[str] | None = None, redactor: Redactor | None = None,
+                ) -> dict[str, Any]:
+    redactor = redactor or Redactor([*(hostnames or []), *report.hosts])
+    redactor.hostnames = sorted({*redactor.hostnames, *(h for h in [*(hostnames or []), *report.hosts]
+                                                         if h not in ("local", "localhost"))}, key=len, reverse=True)
     status = "resolved" if report.resolved else "escalated"
     data = {
         "run_id": report.run_id,
@@ -46,9 +52,10 @@ def ticket_data(report: Report, hostnames: list[str] | None = None) -> dict[str,
         "next_steps": [h.model_dump(mode="json") for h in report.exploration],
         "customer_feedback": report.feedback,
         "usage": {"reasoner": report.reasoner, "llm_calls": report.llm_calls, "tokens": report.tokens},
+        "stopped": report.stopped or None,
     }
     redacted = redactor.data(data)
-    redacted["redactions"] = dict(sorted(redactor.counts.items()))
+    redacted["redactions"] = dict(sorted(redactor.counts.items()))  # counts only: the values stay local
     return redacted
 
 
@@ -60,7 +67,10 @@ def render_markdown(data: dict[str, Any]) -> str:
     out = [f"# aidai escalation ticket: {data['summary'] or 'unresolved incident'}", "",
            f"- **Status:** {data['status']}", f"- **Run:** `{data['run_id']}`",
            f"- **Environment:** {data['environment'] or 'not given'}",
-           f"- **Hosts checked:** {', '.join(data['hosts']) or 'none'}", "", "## Incident", "", "```",
+           f"- **Hosts checked:** {', '.join(data['hosts']) or 'none'}", ""]
+    if data.get("stopped"):
+        out += [f"> **Investigation stopped** ({data['stopped']['limit']}): {data['stopped']['message']}", ""]
+    out += ["## Incident", "", "```",
            data["incident"].strip()[:4000], "```", ""]
     if data["root_causes"]:
         out += ["## Confirmed root causes", ""]
@@ -114,13 +124,36 @@ def render_markdown(data: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def write_ticket(report: Report, path: str | Path, hostnames: list[str] | None = None) -> tuple[Path, Path]:
+def write_ticket(report: Report, path: str | Path, hostnames: list[str] | None = None,
+                 redactor: Redactor | None = None) -> tuple[Path, Path]:
     """PATH.md and PATH.json (the suffix of PATH, if any, is replaced)."""
+    md, js = write_formats(ticket_data(report, hostnames, redactor), path, ("md", "json"))
+    return md, js
+
+
+def write_formats(data: dict[str, Any], path: str | Path, formats: Iterable[str]) -> list[Path]:
+    """PATH.md and/or PATH.json from ticket data, each written whole (a temporary file renamed into place)."""
     base = Path(path)
     base = base.with_suffix("") if base.suffix in (".md", ".json") else base
     base.parent.mkdir(parents=True, exist_ok=True)
-    data = ticket_data(report, hostnames)
-    md, js = base.with_suffix(".md"), base.with_suffix(".json")
-    md.write_text(render_markdown(data), encoding="utf-8")
-    js.write_text(json.dumps(data, indent=2), encoding="utf-8")
-    return md, js
+    render = {"md": render_markdown, "json": lambda d: json.dumps(d, indent=2)}
+    written = []
+    for fmt in formats:
+        if fmt not in render:
+            raise ValueError(f"unknown ticket format {fmt!r}; choose md or json")
+        target = base.with_name(f"{base.name}.{fmt}")  # "ticket.v2" keeps its ".v2"
+        atomic_write(target, render[fmt](data))
+        written.append(target)
+    return written
+
+
+def atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

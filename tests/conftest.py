@@ -13,6 +13,7 @@ import pytest
 
 from agent.paths import SCRIPTS_DIR
 from agent.sim.scenario import create_scenario, sim_env
+from tests.chroma_server import running_chroma
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -119,3 +120,10 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory, tiny_kb: Path) -> Path:
     IncidentDB(data_dir=path).ensure_seed()
     KnowledgeBase(data_dir=path, root=tiny_kb).ensure()
     return path
+
+
+@pytest.fixture
+def chroma_server(tmp_path: Path) -> Any:
+    """The URL of a real Chroma server on loopback, stopped after the test."""
+    with running_chroma(tmp_path) as url:
+        yield url

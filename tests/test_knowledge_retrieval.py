@@ -5,13 +5,8 @@ Every test writes its own incidents and markdown into a temporary directory and 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +17,7 @@ from typer.testing import CliRunner
 from agent.knowledge import embeddings, store
 from agent.knowledge.incident_db import IncidentDB, IncidentRecord, read_jsonl
 from agent.knowledge.kb_index import KnowledgeBase, node_filter, split_doc
+from tests.chroma_server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -376,50 +372,6 @@ def test_kb_rebuilds_only_when_files_change(tmp_path: Path) -> None:
 # ---- Chroma server ----------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture
-def chroma_server(tmp_path: Path) -> Any:
-    exe = Path(sys.executable).with_name("chroma")
-    if not exe.exists():
-        found = shutil.which("chroma")
-        if found is None:
-            pytest.skip("the chroma CLI (installed with chromadb) is not on this machine")
-        exe = Path(found)
-    port = _free_port()
-    log = (tmp_path / "chroma.log").open("wb")
-    env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
-    proc = subprocess.Popen([str(exe), "run", "--path", str(tmp_path / "server"), "--host", "127.0.0.1",
-                             "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/api/v2/heartbeat", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                log.flush()
-                pytest.fail(f"chroma server did not start: {(tmp_path / 'chroma.log').read_text()[-2000:]}")
-            time.sleep(0.3)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=15)
-        log.close()
-
-
 @pytest.mark.slow
 def test_incident_db_through_a_chroma_server(chroma_server: str, tmp_path: Path) -> None:
     seed = write_jsonl(tmp_path / "seed.jsonl", INCIDENTS)
@@ -434,7 +386,7 @@ def test_incident_db_through_a_chroma_server(chroma_server: str, tmp_path: Path)
 
 
 def test_unreachable_server_is_a_clear_error() -> None:
-    db = IncidentDB(url=f"http://127.0.0.1:{_free_port()}")
+    db = IncidentDB(url=f"http://127.0.0.1:{free_port()}")
     with pytest.raises(store.StoreError, match="cannot reach the Chroma server"):
         db.count()
 

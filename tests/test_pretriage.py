@@ -75,3 +75,7 @@ def test_unknown_tool_names_and_missing_attachments_are_bad_input(tmp_path: Path
     result = CliRunner().invoke(app, ["diagnose", "NCCL timeout", "--logs", str(tmp_path / "nope"),
                                       "--data-dir", str(data_dir)])
     assert result.exit_code == 2 and "--logs" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(app, ["diagnose", "NCCL timeout", "--metrics", str(tmp_path / "nope.csv"),
+                                      "--data-dir", str(data_dir)])
+    assert result.exit_code == 2 and "--metrics" in result.output and "Traceback" not in result.output
+    assert pretriage.TOOLS["kaiops"][0] == "metrics"  # KAIOPS runs only on an incident with a metrics CSV

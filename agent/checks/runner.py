@@ -18,7 +18,17 @@ from agent.executors.base import Executor, ScriptRun
 from agent.models import CheckResult, Finding, Verdict
 
 Approver = Callable[[CheckSpec, str], bool]
+Job = tuple[str, str]  # (host, check id)
+# the investigation's limits: of the jobs about to execute, those refused, each with the reason
+Admit = Callable[[list[Job]], dict[Job, str]]
 DEFAULT_PROFILE = "H100-SXM-8"
+
+
+class CheckNotAllowed(KeyError):
+    """A check id outside the manifest: only the manifest's scripts ever run (the allowlist)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
 
 
 class CheckRunner:
@@ -36,13 +46,26 @@ class CheckRunner:
         self.workers = max(1, workers)
         self.on_result = on_result
         self.cache: dict[tuple[str, str], CheckResult] = {}
+        self.exit_codes: dict[tuple[str, str], int | None] = {}  # (host, check) -> the script's exit code, for audit
+        self.admit: Admit | None = None
+        self.listeners: list[Callable[[CheckResult], None]] = []  # told of every result that actually executed
         self.wall_s = 0.0  # time spent waiting for checks (they run in parallel, so less than the sum)
 
     def passive_ids(self, include_active: bool = False) -> list[str]:
         return [c.id for c in self.manifest.checks if c.tier == "passive" or include_active]
 
+    def allowed(self, check_ids: Iterable[str]) -> list[CheckSpec]:
+        """The specs of `check_ids`; any id not in the manifest refuses the whole batch before anything runs."""
+        ids = list(check_ids)
+        known = set(self.manifest.ids())
+        refused = [c for c in ids if c not in known]
+        if refused:
+            raise CheckNotAllowed(f"check(s) {', '.join(map(repr, refused))} refused: not in the manifest's allowlist "
+                                  f"(verification_scripts/manifest.yaml); allowed: {', '.join(self.manifest.ids())}")
+        return [self.manifest.get(cid) for cid in ids]
+
     def run(self, check_ids: Iterable[str], hosts: Iterable[str] | None = None) -> list[CheckResult]:
-        specs = [self.manifest.get(cid) for cid in check_ids]
+        specs = self.allowed(check_ids)
         names = list(hosts) if hosts is not None else list(self.executors)
         for name in names:
             if name not in self.executors:
@@ -58,6 +81,14 @@ class CheckRunner:
                 todo.append((name, spec))
         # approvals are asked here, one at a time, before anything runs in parallel
         approved = {(n, s.id): not s.needs_approval or self._approved(s, n) for n, s in todo}
+        refused = self.admit([key for key, ok in approved.items() if ok]) if self.admit and todo else {}
+        for name, spec in todo:
+            if (name, spec.id) in refused:  # not cached: the limit is the run's, not a fact about the host
+                reason = refused[(name, spec.id)]
+                results[(name, spec.id)] = CheckResult(check=spec.id, host=name, verdict=Verdict.UNKNOWN,
+                                                       tier=spec.tier, expected_cost_s=spec.expected_cost_s,
+                                                       summary=f"not run: {reason}", reason=reason)
+        todo = [(n, s) for n, s in todo if (n, s.id) not in refused]
         began = time.perf_counter()
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             runs = pool.map(lambda job: self._run_one(*job, approved[(job[0], job[1].id)]), todo)
@@ -69,6 +100,9 @@ class CheckRunner:
             self.cache[key] = results[key]
             if self.on_result:
                 self.on_result(results[key])
+            if approved[key]:
+                for listener in self.listeners:
+                    listener(results[key])
         return [results[(name, spec.id)] for name, spec in jobs]
 
     def _run_one(self, host: str, spec: CheckSpec, approved: bool) -> CheckResult:
@@ -83,6 +117,7 @@ class CheckRunner:
         params = {"host": host, "profile": profile(self._profile_for(executor)), "known_bad": load_known_bad(),
                   "window_s": 7200, **self.params}
         run = executor.run_script(spec.script_path, params, spec.timeout_s)
+        self.exit_codes[(host, spec.id)] = run.rc
         return to_result(spec, host, run)
 
     def _approved(self, spec: CheckSpec, host: str) -> bool:

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -53,16 +53,39 @@ KeyOpt = Annotated[str | None, typer.Option("--key", metavar="FILE",
                                             help="Private key for ssh:// hosts (default: agent, ~/.ssh).")]
 TicketOpt = Annotated[Path | None, typer.Option("--ticket", metavar="PATH",
                                                 help="Write the escalation ticket to PATH.md and PATH.json.")]
+TICKET_FORMATS = ("md", "json", "both")
+TicketFormatOpt = Annotated[str, typer.Option("--ticket-format", metavar="|".join(TICKET_FORMATS),
+                                              help="Which ticket files --ticket writes (default both).")]
+WebhookOpt = Annotated[str | None, typer.Option("--webhook", metavar="URL",
+                                                help="POST the (redacted) ticket as JSON to URL (a ticket system's "
+                                                     "webhook); a non-2xx answer is an error.")]
+WebhookTemplateOpt = Annotated[Path | None, typer.Option("--webhook-template", metavar="FILE",
+                                                         help="JSON body template for --webhook; strings may name "
+                                                              "ticket fields as {{summary}}, {{status}}, "
+                                                              "{{markdown}} ...")]
+MaxChecksOpt = Annotated[int | None, typer.Option("--max-checks", metavar="N", min=1,
+                                                  help="Stop the investigation after N check runs (host x check).")]
+MaxWallOpt = Annotated[float | None, typer.Option("--max-wall-s", metavar="S", min=0.001,
+                                                  help="Stop the investigation after S seconds of work (waiting for "
+                                                       "your answers does not count).")]
+MaxTokensOpt = Annotated[int | None, typer.Option("--max-llm-tokens", metavar="N", min=1,
+                                                  help="Stop the investigation once the LLM used N tokens.")]
 
 
 def user_errors() -> tuple[type[Exception], ...]:
     """Errors that are the user's input or set-up, shown as one red line with exit code 2."""
+    from agent.audit import AuditError
+    from agent.checks.runner import CheckNotAllowed
     from agent.diagnosis import RunNotFound
     from agent.knowledge.embeddings import EmbeddingUnavailable
     from agent.knowledge.store import StoreError
+    from agent.limits import LimitError
+    from agent.redact import RedactionMappingError
+    from agent.ticket_export import ExportError
 
     return (HostSpecError, ReasonerConfigError, RunNotFound, IncidentError, FileNotFoundError, IsADirectoryError,
-            StoreError, EmbeddingUnavailable)
+            StoreError, EmbeddingUnavailable, CheckNotAllowed, LimitError, ExportError, RedactionMappingError,
+            AuditError)
 
 
 @contextmanager
@@ -98,7 +121,7 @@ def make_incident(text: str, environment: str = "", hosts: list[str] | None = No
         raise IncidentError(message) from None
 
 
-ATTACHMENT_FLAGS = {"logs": "logs", "success": "success-logs", "telemetry": "telemetry"}
+ATTACHMENT_FLAGS = {"logs": "logs", "success": "success-logs", "telemetry": "telemetry", "metrics": "metrics"}
 LogsOpt = Annotated[Path | None, typer.Option("--logs", metavar="DIR", help="The job's logs (a file per node or "
                                               "rank, or torchrun's interleaved file): L4 ranks the suspicious nodes "
                                               "first.")]
@@ -107,6 +130,9 @@ SuccessLogsOpt = Annotated[Path | None, typer.Option("--success-logs", metavar="
 TelemetryOpt = Annotated[Path | None, typer.Option("--telemetry", metavar="FILE", help="Host metrics (CSV or "
                                                    "Parquet with a timestamp column): Reveal finds anomalous "
                                                    "windows.")]
+MetricsOpt = Annotated[Path | None, typer.Option("--metrics", metavar="CSV", help="The job's last 30 minutes of "
+                                                 "minute-level metrics (cpu_util, gpu_util, net_rx_mbps, ...): "
+                                                 "KAIOPS classifies the task and its priors rank the categories.")]
 
 
 def read_incident_text(text: str | None, file: Path | None) -> str:
@@ -173,6 +199,68 @@ def write_ticket_files(report: Report, path: Path, console: Console) -> tuple[Pa
     return md, js
 
 
+class TicketExport:
+    """--ticket/--ticket-format/--webhook/--webhook-template, checked before the diagnosis runs and carried out
+    after it with the run's redaction mapping (the ticket shows the placeholders the LLM saw)."""
+
+    def __init__(self, path: Path | None, fmt: str, webhook: str | None, template: Path | None):
+        from agent.ticket_export import ExportError, check_url, load_template
+
+        if fmt not in TICKET_FORMATS:
+            raise ExportError(f"--ticket-format {fmt!r}: choose one of {', '.join(TICKET_FORMATS)}")
+        if fmt != "both" and path is None:
+            raise ExportError("--ticket-format needs --ticket PATH")
+        if template is not None and webhook is None:
+            raise ExportError("--webhook-template needs --webhook URL")
+        self.path = path
+        self.formats = ("md", "json") if fmt == "both" else (fmt,)
+        self.webhook = check_url(webhook) if webhook else None
+        self.template: Any = load_template(template) if template is not None else None
+
+    @property
+    def wanted(self) -> bool:
+        return self.path is not None or self.webhook is not None
+
+    def run(self, report: Report, options: DiagnoseOptions, console: Console) -> None:
+        """Files first, then the webhook: a receiver that fails loses nothing (the ticket is on disk and the
+        error says where)."""
+        from agent.audit import AuditLog, audit_path, local_user
+        from agent.diagnosis import mapping_path, runs_dir, ssh_users
+        from agent.redact import Redactor
+        from agent.ticket import ticket_data, write_formats
+        from agent.ticket_export import ExportError, digest, post, public_url, render_body
+
+        runs = runs_dir(options)
+        redactor = Redactor(hostnames=report.hosts, usernames=[options.operator or local_user(),
+                                                               *ssh_users(options.hosts)])
+        redactor.load(mapping_path(options, report.run_id))
+        data = ticket_data(report, redactor=redactor)
+        redactor.save(mapping_path(options, report.run_id))
+        audit = AuditLog(audit_path(runs, report.run_id), report.run_id) if options.checkpoint else None
+        who = options.operator or local_user()
+        written = write_formats(data, self.path if self.path is not None else runs / f"{report.run_id}.ticket",
+                                self.formats if self.path is not None else ("json",))
+        for path in written:
+            if audit:
+                audit.append({"event": "export", "by": who, "target": str(path), "result": "written",
+                              "detail": f"sha256 {digest(path)[:16]}"})
+        if self.path is not None:
+            console.print(f"ticket written: {escape(' and '.join(map(str, written)))}", highlight=False)
+        if self.webhook is None:
+            return
+        try:
+            status = post(self.webhook, render_body(self.template, data))
+        except ExportError as exc:
+            if audit:
+                audit.append({"event": "export", "by": who, "target": public_url(self.webhook), "result": "failed",
+                              "detail": str(exc)})
+            raise ExportError(f"{exc}; the ticket is saved in {', '.join(map(str, written))}") from None
+        if audit:
+            audit.append({"event": "export", "by": who, "target": public_url(self.webhook), "result": status,
+                          "detail": "webhook POST" + (" (template)" if self.template is not None else "")})
+        console.print(f"ticket posted to {escape(public_url(self.webhook))} (HTTP {status})", highlight=False)
+
+
 def diagnose(
     text: Annotated[str | None, typer.Argument(metavar="TEXT", help="The incident: what failed, with the error lines "
                                                     "(`-`: read from stdin).")] = None,
@@ -184,9 +272,16 @@ def diagnose(
     logs: LogsOpt = None,
     success_logs: SuccessLogsOpt = None,
     telemetry: TelemetryOpt = None,
+    metrics: MetricsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the report contract as JSON on stdout "
                                                          "(progress stays on stderr).")] = False,
     ticket: TicketOpt = None,
+    ticket_format: TicketFormatOpt = "both",
+    webhook: WebhookOpt = None,
+    webhook_template: WebhookTemplateOpt = None,
+    max_checks: MaxChecksOpt = None,
+    max_wall_s: MaxWallOpt = None,
+    max_llm_tokens: MaxTokensOpt = None,
     approve_active: Annotated[bool, typer.Option("--approve-active",
                                                  help="Run active checks (benchmarks, load) without asking.")] = False,
     ask: Annotated[bool, typer.Option("--ask", help="Ask before each active check (default: never run them; "
@@ -213,6 +308,10 @@ def diagnose(
         if approve_active and ask:
             raise IncidentError("--approve-active and --ask exclude each other")
         check_profile(profile)
+        export = TicketExport(ticket, ticket_format, webhook, webhook_template)
+        from agent.audit import local_user, signed
+
+        operator = local_user()
         incident = None
         if resume:
             if text is not None or file is not None:
@@ -222,10 +321,16 @@ def diagnose(
             options, incident = load_run(resume, str(data_dir) if data_dir else None)
             if approve_active or ask:
                 options.approval = "all" if approve_active else "ask"
+            for name, value in (("max_checks", max_checks), ("max_wall_s", max_wall_s),
+                                ("max_llm_tokens", max_llm_tokens)):
+                if value is not None:  # a resumed run may get a higher (or lower) limit
+                    setattr(options, name, value)
+            options.operator = operator
             err.print(f"[dim]resuming run {escape(resume)} on {escape(', '.join(options.hosts))}[/]", highlight=False)
         else:
             incident = make_incident(read_incident_text(text, file), environment, host,
-                                     {"logs": logs, "success": success_logs, "telemetry": telemetry})
+                                     {"logs": logs, "success": success_logs, "telemetry": telemetry,
+                                      "metrics": metrics})
             hosts = list(host or ["local"])
             err.print(f"[dim]aidai: diagnosing on {escape(', '.join(hosts))} (reasoner {escape(llm)}, active "
                       f"checks: {'all' if approve_active else 'ask' if ask else 'not run'})[/]", highlight=False,
@@ -236,16 +341,22 @@ def diagnose(
                 hosts=hosts, ssh=ssh_options(key, known_hosts, trust_new_host_keys),
                 approval="all" if approve_active else "ask" if ask else "none", llm=llm, base_url=base_url,
                 model=model, profile=profile, data_dir=str(data_dir) if data_dir else None, chroma_url=chroma_url,
-                history=not no_history)
+                history=not no_history, max_checks=max_checks, max_wall_s=max_wall_s, max_llm_tokens=max_llm_tokens,
+                operator=operator)
+        options.limits()  # a bad limit is refused before anything runs
         view = ProgressView(err)
-        answer = make_answer(view, err, interactive=ask, approve_all=approve_active)
+        answer = signed(make_answer(view, err, interactive=ask, approve_all=approve_active), operator)
         report = run_diagnosis(options, view, answer, incident=None if resume else incident, resume=resume)
         if as_json:
             print(json.dumps(report.contract(), indent=1))
         else:
             out.print(report_panel(report, resume_hint=resume_command(report.run_id, options.data_dir)))
-        if ticket is not None:
-            write_ticket_files(report, ticket, err if as_json else out)
+        if report.stopped:
+            err.print(f"[yellow]stopped[/] ({escape(report.stopped.get('limit', ''))}): "
+                      f"{escape(report.stopped.get('message', ''))}; the ticket lists what was tried (run again with a "
+                      "higher limit to search further)", highlight=False, soft_wrap=True)
+        if export.wanted:
+            export.run(report, options, err if as_json else out)
         elif not report.resolved:
             (err if as_json else out).print(
                 "[yellow]unresolved:[/] `--ticket PATH` writes an escalation ticket (PATH.md, PATH.json) with "

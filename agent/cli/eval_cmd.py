@@ -51,10 +51,13 @@ def _command(**options: Any) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
 
-def _tag(seed: bool, history: Path | None, leave_one_out: bool, remove: list[str], llm: str) -> str:
+def _tag(seed: bool, history: Path | None, leave_one_out: bool, remove: list[str], llm: str,
+         taxonomy: Path | None = None) -> str:
     parts = ["seed" if seed else "no-seed"] if history else ["seed" if seed else "no-history"]
     if history:
         parts.append("history-" + history.stem)
+    if taxonomy:
+        parts.append("taxonomy-" + taxonomy.stem)
     if leave_one_out:
         parts.append("leave-one-out")
     if remove:
@@ -95,6 +98,9 @@ def eval_command(
                     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the metrics as JSON on stdout: one method's object, "
                                           "or {\"methods\": {name: object}} for several.")] = False,
+    taxonomy: Annotated[Path | None, typer.Option("--taxonomy", metavar="FILE", help="Diagnose with this taxonomy "
+                                                  "(e.g. built by `aidai taxonomy build`) instead of the shipped one."
+                                                  )] = None,
 ) -> None:
     """Benchmark diagnosis methods on incident records with simulated hosts: micro/macro F1 at three levels,
     per-category scores, pipeline shares, checks, LLM calls and time per incident."""
@@ -102,11 +108,12 @@ def eval_command(
     command = _command(incidents=incidents, history=history, no_seed=not seed, method=method, llm=None if
                        llm == "offline" else llm, base_url=base_url, model=model, remove_label=remove_label,
                        leave_one_out=leave_one_out, workers=workers, no_knowledge=not knowledge, out=out, tag=tag,
-                       only=only)
+                       only=only, taxonomy=taxonomy)
     with clean_errors(err):
         _harness_importable()
         metrics = _run(command, err, incidents, history, seed, method or ["aidai"], llm, base_url, model,
-                       remove_label or [], leave_one_out, workers, timeout, knowledge, out, tag, cache_dir, only or [])
+                       remove_label or [], leave_one_out, workers, timeout, knowledge, out, tag, cache_dir, only or [],
+                       taxonomy)
     if as_json:
         names = list(metrics)
         payload: Any = metrics[names[0]] if len(names) == 1 else {"methods": metrics}
@@ -122,10 +129,10 @@ def eval_command(
 def _run(command: str, err: Console, incidents: Path, history: Path | None, seed: bool, methods: list[str], llm: str,
          base_url: str | None, model: str | None, remove: list[str], leave_one_out: bool, workers: int,
          timeout: float, knowledge: bool, out: Path | None, tag: str | None, cache_dir: Path | None,
-         only: list[str]) -> dict[str, dict[str, Any]]:
+         only: list[str], taxonomy_file: Path | None = None) -> dict[str, dict[str, Any]]:
     from agent.reasoning.factory import make_reasoner
     from agent.reasoning.offline import OfflineReasoner
-    from agent.taxonomy import load_taxonomy
+    from agent.taxonomy import TaxonomyError, load_candidate, load_taxonomy
     from eval.harness import report
     from eval.harness.methods import resolve_method
     from eval.harness.metrics import compute_metrics, unseen_metrics
@@ -139,21 +146,26 @@ def _run(command: str, err: Console, incidents: Path, history: Path | None, seed
     if history is not None and not history.is_file():
         raise bad(f"--history {history}: no such file")
     try:
+        tax = load_candidate(taxonomy_file) if taxonomy_file else load_taxonomy()
+    except TaxonomyError as exc:
+        raise bad(f"--taxonomy {taxonomy_file}: {exc}") from None
+    try:
         problems = load_problems(incidents)
         names = {spec: resolve_method(spec).name for spec in dict.fromkeys(methods)}
         if remove:
-            remove_labels(load_taxonomy(), remove)
+            remove_labels(tax, remove)
     except (RecordsError, KeyError, ImportError, AttributeError) as exc:
         raise bad(str(exc).strip("'\"")) from None
     if only:
         problems = [p for p in problems if p.id in set(only)]
         if not problems:
             raise bad(f"no record with id {', '.join(only)} in {incidents}")
-    make_reasoner(llm, base_url, model, OfflineReasoner(load_taxonomy()))  # ReasonerConfigError: exit 2
+    make_reasoner(llm, base_url, model, OfflineReasoner(tax))  # ReasonerConfigError: exit 2
     config = RunConfig(methods=list(names), llm=llm, base_url=base_url, model=model, seed=seed,
                        history_file=str(history) if history else None, leave_one_out=leave_one_out, remove=remove,
                        knowledge=knowledge, workers=workers, timeout_s=timeout,
-                       cache_dir=str(cache_dir) if cache_dir else None)
+                       cache_dir=str(cache_dir) if cache_dir else None,
+                       taxonomy_file=str(taxonomy_file) if taxonomy_file else None)
 
     def progress(row: dict[str, Any]) -> None:
         mark = "error" if row.get("error") else "ok" if row.get("leaf_ok") else "miss"
@@ -175,6 +187,8 @@ def _run(command: str, err: Console, incidents: Path, history: Path | None, seed
         parts.append(f"{history} {info.history}")
     if leave_one_out:
         parts.append(f"leave-one-out over the {info.leave_one_out} incidents themselves (own id excluded)")
+    if taxonomy_file:
+        parts.append(f"taxonomy {taxonomy_file}")
     if result.removed:
         parts.append(f"removed labels hidden: {', '.join(result.removed)}")
     meta = report.meta(command=command,
@@ -184,7 +198,7 @@ def _run(command: str, err: Console, incidents: Path, history: Path | None, seed
     if info.rejected:
         err.print(f"[yellow]{len(info.rejected)} history record(s) rejected: {escape(info.rejected[0])} ...[/]")
     if out is not None:
-        name = tag or _tag(seed, history, leave_one_out, remove, llm)
+        name = tag or _tag(seed, history, leave_one_out, remove, llm, taxonomy_file)
         for path in report.write(out, name, metrics, result.rows, meta):
             err.print(f"wrote {escape(str(path))}", highlight=False)
     return metrics

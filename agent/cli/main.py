@@ -5,15 +5,19 @@ from __future__ import annotations
 import typer
 
 from agent.cli import (
+    audit_cmd,
     chat_cmd,
     checks_cmd,
     demo_cmd,
     diagnose_cmd,
     eval_cmd,
+    history_cmd,
+    kaiops_cmd,
     kb_cmd,
     l4_cmd,
     preflight_cmd,
     reveal_cmd,
+    serve_cmd,
     sim_cmd,
     taxonomy_cmd,
 )
@@ -31,6 +35,10 @@ app.command("eval")(eval_cmd.eval_command)
 app.add_typer(l4_cmd.app, name="l4")
 app.add_typer(reveal_cmd.app, name="reveal")
 app.command("preflight")(preflight_cmd.preflight)
+app.add_typer(kaiops_cmd.app, name="kaiops")
+app.add_typer(history_cmd.app, name="history")
+app.command("serve")(serve_cmd.serve)
+app.add_typer(audit_cmd.app, name="audit")
 
 if __name__ == "__main__":
     app()

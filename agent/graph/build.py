@@ -8,6 +8,8 @@ summarize → pretriage → historical (pipeline 1) ─confirmed→ corroborate 
                                                                            └→ conclude (escalate)
 
 Every step is checkpointed; approvals of active checks and the user's feedback are LangGraph interrupts.
+Every node runs inside a guard that counts what it spent (checks, seconds, LLM tokens, steps) against the run's
+Limits; a limit reached, or the loop breaker, routes straight to `conclude`, which escalates with the reason.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any, Literal
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
+from agent import limits as L
 from agent.agents import conclusion, execution, planning, reflection, summarization
 from agent.checks.runner import CheckRunner
 from agent.evidence import unexplained
@@ -55,11 +58,60 @@ class GraphTools:
     emit: Emit = lambda event: None
     approval: Approval = "none"
     max_feedback_rounds: int = 0  # 0: nobody to ask (batch runs); the chat asks
+    limits: L.Limits = field(default_factory=L.Limits)
+    audit: Emit = lambda event: None  # the run's append-only audit log (agent/audit.py)
+    operator: str = ""  # who started the run: the approver of record under the policies all/none
 
 
 class DiagnosisGraph:
     def __init__(self, tools: GraphTools):
         self.t = tools
+        # what the node being run has spent so far, and a limit it hit; nodes run one at a time
+        self._spent: L.Spent = {}
+        self._stop: L.Stop | None = None
+        self._node_began = 0.0
+        self._node_tokens = 0
+        self._label = ""  # the node whose checks run now (for the audit log)
+        # the loop breaker's memory: (host, check) executed by this process, and those in the checkpoint (the
+        # cache holds both, so executing one again is a loop; a pre-triage check lost with a killed process is not)
+        self._ran_here: set[str] = set()
+        self._checkpointed: set[str] = set()
+        tools.runner.admit = self._admit
+        tools.runner.listeners.append(self._ran)
+
+    # ---- limits and the loop breaker ----------------------------------------------------------------------
+    def _tokens(self) -> int:
+        usage = getattr(self.t.reasoner, "usage", None)
+        return int(getattr(usage, "tokens", 0) or 0)
+
+    def _guarded(self, name: str, node: Callable[[DiagnosisState], dict[str, Any]],
+                 ) -> Callable[[DiagnosisState], dict[str, Any]]:
+        """The node, skipped once the run is stopped (conclude excepted), with what it spent added to the state
+        and the limits checked after it: a limit reached sets `stopped`, which every router obeys."""
+
+        def guarded(state: DiagnosisState) -> dict[str, Any]:
+            if state.get("stopped") and name != "conclude":
+                return {}
+            self._spent, self._stop, self._label = L.add(state.get("spent", {})), None, name
+            self._checkpointed = set(state.get("results", {}))
+            self._node_began, self._node_tokens = time.perf_counter(), self._tokens()
+            update = node(state)
+            spent = L.add(self._spent, wall_s=time.perf_counter() - self._node_began,
+                          tokens=self._tokens() - self._node_tokens, steps=1)
+            update = {**update, "spent": spent}
+            if name != "conclude" and not state.get("stopped"):
+                stop = self._stop or self.t.limits.exceeded(spent)
+                if stop is not None:
+                    update["stopped"] = stop
+                    self.t.emit({"type": "stopped", "node": name, **stop})
+                    self.t.audit({"event": "stopped", "node": name, **stop, "spent": dict(spent)})
+            return update
+
+        return guarded
+
+    def _halt(self, stop: L.Stop) -> None:
+        if self._stop is None:
+            self._stop = stop
 
     # ---- shared steps -------------------------------------------------------------------------------------
     def _summary(self, state: DiagnosisState) -> IncidentSummary:
@@ -74,29 +126,40 @@ class DiagnosisGraph:
             runner.cache.setdefault((result.host, result.check), result)
         cheap, costly = execution.by_tier(runner, execution.checks_for(self.t.taxonomy, runner, label))
         approvals = dict(state.get("approvals", {}))
+        approvers = dict(state.get("approved_by", {}))
         results = self._run(label, cheap)
-        if costly and (costly_too or execution.costly_needed(self.t.taxonomy, label, results)):
+        if costly and not self._stop and (costly_too or execution.costly_needed(self.t.taxonomy, label, results)):
             undecided = [c for c in costly if c not in approvals]
             if undecided and self.t.approval == "ask":
                 specs = [runner.manifest.get(c) for c in undecided]
                 answer = interrupt({"kind": "approval", "node": label, "checks": [
                     {"id": s.id, "tier": s.tier, "description": s.description, "expected_cost_s": s.expected_cost_s}
                     for s in specs]})
-                approvals.update({c: bool((answer or {}).get(c, False)) for c in undecided})
+                answer = answer if isinstance(answer, dict) else {}
+                who, via = str(answer.get("approved_by") or self.t.operator or "unknown"), "operator"
+                approvals.update({c: answer.get(c) is True for c in undecided})
             else:
+                who, via = self.t.operator or "unknown", f"policy {self.t.approval}"
                 approvals.update({c: self.t.approval == "all" for c in undecided})
+            for check in undecided:
+                approvers[check] = who
+                spec = runner.manifest.get(check)
+                self.t.audit({"event": "approval", "node": label, "check": check, "tier": spec.tier,
+                              "approved": approvals[check], "by": who, "via": via})
             runner.approve = lambda spec, host: approvals.get(spec.id, False)
             results += self._run(label, costly)
-        elif costly:
+        elif costly and not self._stop:
             self.t.emit({"type": "skipped", "node": label, "checks": costly,
                          "why": "the passive checks already decided it"})
         stored = dict(state.get("results", {}))
         stored.update({result_key(r): dump_result(r) for r in results})
-        return results, {"results": stored, "approvals": approvals}
+        return results, {"results": stored, "approvals": approvals, "approved_by": approvers}
 
     def _run(self, label: str, checks: list[str]) -> list[CheckResult]:
-        if not checks:
+        if not checks or self._stop:
             return []
+        self.t.runner.allowed(checks)  # an id outside the manifest is refused before anything runs
+        self._label = label
         self.t.emit({"type": "checks", "node": label, "checks": checks})
         results = execution.run_checks(self.t.runner, checks)
         for result in results:
@@ -104,6 +167,43 @@ class DiagnosisGraph:
                          "verdict": result.verdict.value, "summary": result.summary, "cached": result.cached,
                          "duration_s": result.duration_s})
         return results
+
+    def _admit(self, jobs: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
+        """The runner asks before executing anything (the graph's checks and the pre-triage tools' alike): within
+        the limits, a batch runs only the jobs that fit; a (host, check) that already ran is a loop."""
+        if self._stop:
+            return {job: f"the investigation stopped ({self._stop['limit']})" for job in jobs}
+        elapsed = time.perf_counter() - self._node_began
+        if stop := self.t.limits.exceeded(L.add(self._spent, tokens=self._tokens() - self._node_tokens),
+                                          extra_wall_s=elapsed):
+            self._halt(stop)
+            return {job: stop["message"] for job in jobs}
+        refused: dict[tuple[str, str], str] = {}
+        looping = {f"{h}|{c}" for h, c in jobs} & (self._ran_here | self._checkpointed)
+        if looping:
+            shown = ", ".join(sorted(k.replace("|", " on ", 1) for k in looping)[:3])
+            self._halt(L.stop("loop", f"loop breaker: {shown} would run again; the result is already known"))
+            refused.update({job: "loop breaker: it already ran" for job in jobs if f"{job[0]}|{job[1]}" in looping})
+        left = self.t.limits.checks_left(self._spent)
+        rest = [job for job in jobs if job not in refused]
+        if left is not None and len(rest) > left:
+            over = rest[left:]
+            self._halt(L.stop("max_checks", f"check limit reached: {self._spent.get('checks', 0) + left} of at most "
+                                            f"{self.t.limits.max_checks} check runs; not run: "
+                                            f"{', '.join(sorted({c for _, c in over}))}"))
+            refused.update({job: f"check limit reached ({self.t.limits.max_checks} check runs)" for job in over})
+        return refused
+
+    def _ran(self, result: CheckResult) -> None:
+        """A check executed: count it against the limits and write it to the audit log."""
+        runner = self.t.runner
+        self._spent = L.add(self._spent, checks=1)
+        self._ran_here.add(result_key(result))
+        self.t.audit({"event": "check", "node": self._label, "check": result.check, "host": result.host,
+                      "tier": result.tier, "executed": True, "verdict": result.verdict.value,
+                      "exit_code": runner.exit_codes.get((result.host, result.check)),
+                      "output_sha256": result.output_sha256, "duration_s": result.duration_s,
+                      "commands": result.cmds, "summary": result.summary[:300]})
 
     def _judge(self, state: DiagnosisState, label: str, pipeline: int) -> LeafJudgement:
         judgement = reflection.validate(self.t.reasoner, self.t.taxonomy, self._summary(state), label,
@@ -166,7 +266,7 @@ class DiagnosisGraph:
         memory: list[dict[str, Any]] = []
         hypotheses = planning.history_hypotheses(similar)
         tested: set[str] = set()
-        while hypotheses:
+        while hypotheses and not self._stop:
             label = hypotheses.pop(0)
             tested.add(label)
             results, changes = self._execute({**state, **update}, label)
@@ -193,7 +293,7 @@ class DiagnosisGraph:
 
     def dfs_init(self, state: DiagnosisState) -> dict[str, Any]:
         root: Frame = {"label": "", "phase": "enter", "children": [], "next": 0, "mark": len(state.get("memory", []))}
-        return {"stack": [root], "path": self._trace(state, 2, "", "start")}
+        return {"stack": [root], "visited": [], "path": self._trace(state, 2, "", "start")}
 
     def dfs(self, state: DiagnosisState) -> dict[str, Any]:
         """One step of Algorithm 1 on the explicit stack."""
@@ -206,9 +306,15 @@ class DiagnosisGraph:
             if frame["next"] < len(frame["children"]):
                 child = frame["children"][frame["next"]]
                 frame["next"] += 1
+                visited = list(state.get("visited", []))
+                if child in visited or any(f["label"] == child for f in stack):
+                    # loop breaker: a node is entered at most once per pass of the walk
+                    self.t.emit({"type": "loop", "node": child})
+                    return {"stack": stack, "path": self._trace(state, 2, child, "loop",
+                                                                "already visited in this pass: skipped")}
                 stack.append({"label": child, "phase": "enter", "children": [], "next": 0, "mark": len(memory)})
                 self.t.emit({"type": "hypothesis", "node": child, "depth": len(stack) - 1})
-                return {"stack": stack, "path": self._trace(state, 2, child, "enter")}
+                return {"stack": stack, "visited": [*visited, child], "path": self._trace(state, 2, child, "enter")}
             stack.pop()
             return {"stack": stack, "memory": memory[:frame["mark"]]}  # ClearMemory on backtrack
         results: list[CheckResult] = []
@@ -279,6 +385,8 @@ class DiagnosisGraph:
         path = list(state.get("path", []))
         pipeline = state.get("pipeline") or 2
         for judgement in confirmed:
+            if self._stop:
+                break
             ran = {r.check for r in load_results({**state, **update})}  # type: ignore[arg-type]
             _, costly = execution.by_tier(self.t.runner, execution.checks_for(self.t.taxonomy, self.t.runner,
                                                                               judgement.label))
@@ -299,7 +407,11 @@ class DiagnosisGraph:
     def conclude(self, state: DiagnosisState) -> dict[str, Any]:
         judgements = load_judgements(state)
         ordered = conclusion.order([j for j in judgements if j.status == "confirmed"])
-        text = conclusion.explain(self.t.reasoner, self._summary(state), ordered, load_memory(state))
+        stopped = state.get("stopped")
+        if stopped:  # no LLM call: the budget may be what ran out, and the stop must be said plainly
+            text = stopped_explanation(stopped, state, ordered)
+        else:
+            text = conclusion.explain(self.t.reasoner, self._summary(state), ordered, load_memory(state))
         # the pipeline that first confirmed the primary cause (after the user's feedback, pipeline 2 counts as 3)
         pipeline = next((step["pipeline"] for step in state.get("path", []) if ordered
                          and step["node"] == ordered[0].label and step["action"] == "confirmed"), 0)
@@ -307,16 +419,25 @@ class DiagnosisGraph:
             pipeline = 3
         result = {"resolved": bool(ordered), "pipeline": pipeline,
                   "root_causes": [j.model_dump(mode="json") for j in ordered], "explanation": text}
+        if stopped:
+            result["stopped"] = dict(stopped)
         self.t.emit({"type": "conclusion", **result})
+        self.t.audit({"event": "conclusion", "resolved": result["resolved"], "pipeline": pipeline,
+                      "root_causes": [j.label for j in ordered], "stopped": stopped or None,
+                      "spent": dict(state.get("spent", {}))})
         return {"conclusion": result, "pipeline": pipeline}
 
     # ---- routing ------------------------------------------------------------------------------------------
     @staticmethod
     def after_historical(state: DiagnosisState) -> str:
+        if state.get("stopped"):
+            return "conclude"
         return "corroborate" if state.get("pipeline") == 1 else "dfs_init"
 
     @staticmethod
     def after_dfs(state: DiagnosisState) -> str:
+        if state.get("stopped"):
+            return "conclude"
         if state["stack"]:
             return "dfs"
         if any(j["status"] == "confirmed" for j in state.get("judgements", [])):
@@ -324,25 +445,27 @@ class DiagnosisGraph:
         return "explore" if state.get("widened") else "widen"
 
     def after_explore(self, state: DiagnosisState) -> str:
+        if state.get("stopped"):
+            return "conclude"
         return "feedback" if state.get("feedback_rounds", 0) < self.t.max_feedback_rounds else "conclude"
 
     @staticmethod
     def after_feedback(state: DiagnosisState) -> str:
         fresh = len(state.get("feedback", [])) >= state.get("feedback_rounds", 0) > 0
-        return "summarize_again" if fresh else "conclude"
+        return "summarize_again" if fresh and not state.get("stopped") else "conclude"
 
     def build(self, checkpointer: Any = None):  # type: ignore[no-untyped-def]
         graph = StateGraph(DiagnosisState)
         for name in ("summarize", "pretriage", "historical", "dfs_init", "dfs", "widen", "corroborate", "explore",
                      "feedback", "conclude"):
-            graph.add_node(name, getattr(self, name))
-        graph.add_node("summarize_again", self.summarize)
+            graph.add_node(name, self._guarded(name, getattr(self, name)))
+        graph.add_node("summarize_again", self._guarded("summarize_again", self.summarize))
         graph.add_edge(START, "summarize")
         graph.add_edge("summarize", "pretriage")
         graph.add_edge("pretriage", "historical")
-        graph.add_conditional_edges("historical", self.after_historical, ["corroborate", "dfs_init"])
+        graph.add_conditional_edges("historical", self.after_historical, ["corroborate", "dfs_init", "conclude"])
         graph.add_edge("dfs_init", "dfs")
-        graph.add_conditional_edges("dfs", self.after_dfs, ["dfs", "corroborate", "widen", "explore"])
+        graph.add_conditional_edges("dfs", self.after_dfs, ["dfs", "corroborate", "widen", "explore", "conclude"])
         graph.add_edge("corroborate", "conclude")
         graph.add_edge("widen", "dfs_init")
         graph.add_conditional_edges("explore", self.after_explore, ["feedback", "conclude"])
@@ -354,4 +477,25 @@ class DiagnosisGraph:
 
 def initial_state(incident: Incident) -> DiagnosisState:
     return {"incident": incident.model_dump(mode="json"), "results": {}, "memory": [], "judgements": [], "path": [],
-            "approvals": {}, "pipeline": 0, "feedback": [], "feedback_rounds": 0}
+            "approvals": {}, "approved_by": {}, "pipeline": 0, "feedback": [], "feedback_rounds": 0, "spent": {}}
+
+
+
+def stopped_explanation(stop: L.Stop | dict[str, Any], state: DiagnosisState, confirmed: list[LeafJudgement]) -> str:
+    """The conclusion of a stopped run: which limit, and what was tried before it (for the escalation)."""
+    results = load_results(state)
+    judged = load_judgements(state)
+    counts = {s: sum(j.status == s for j in judged) for s in ("confirmed", "rejected", "inconclusive")}
+    last = next((step["node"] for step in reversed(state.get("path", [])) if step.get("node") not in ("", "ROOT")),
+                "")
+    parts = [f"Investigation stopped: {stop['message']}.",
+             f"Tried so far: {state.get('spent', {}).get('checks', len(results))} check run(s) on "
+             f"{len({r.host for r in results}) or 'the'} host(s); "
+             f"{len(judged)} hypothesis(es) tested ({counts['confirmed']} confirmed, {counts['rejected']} rejected, "
+             f"{counts['inconclusive']} inconclusive)" + (f"; last node {last}." if last else ".")]
+    if confirmed:
+        parts.append("Confirmed before the stop: " + ", ".join(j.label for j in confirmed) + ".")
+    else:
+        parts.append("No root cause was confirmed before the stop: escalate with this ticket, or run it again "
+                     "with a higher limit.")
+    return " ".join(parts)

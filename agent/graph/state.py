@@ -35,6 +35,10 @@ class DiagnosisState(TypedDict, total=False):
     judgements: list[dict[str, Any]]  # every leaf tested, in order
     path: list[dict[str, Any]]  # {pipeline, node, action, detail}: the DFS trace for the report
     approvals: dict[str, bool]  # check id -> the user's answer for active/intrusive checks
+    approved_by: dict[str, str]  # check id -> who answered (an operator's name, or the run's owner under a policy)
+    visited: list[str]  # nodes entered in this pass of the DFS (the loop breaker enters each at most once)
+    spent: dict[str, Any]  # agent.limits.Spent: checks, seconds, tokens and steps used so far
+    stopped: dict[str, str]  # agent.limits.Stop: the limit that ended the investigation, if one did
     pipeline: int  # the pipeline that confirmed the root cause; 0 while none has
     exploration: list[dict[str, Any]]
     feedback: list[str]

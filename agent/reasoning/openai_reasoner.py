@@ -7,10 +7,14 @@ rejects `json_schema` (HTTP 400) is retried in json_object mode with the schema 
 `schema` key, which llama-cpp-python turns into a grammar; a server that rejects that too gets plain json_object).
 Safety: the model
 ranks and explains but never confirms alone; check evidence decides, and nothing it writes becomes a command.
+With a `redactor`, every user message is redacted before it is sent (secrets, hosts, IPs, users, paths) and the
+placeholders in the answer are restored before it is checked; `token_budget` stops calling the model once the run
+has used that many tokens (the fallback answers); `on_call` receives one audit record per request.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -37,6 +41,7 @@ from agent.reasoning.base import (
     Reasoner,
     Usage,
 )
+from agent.redact import Redactor
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -97,6 +102,9 @@ class OpenAIReasoner:
         self._temperature: float | None = 0.0
         self._api_failures = 0
         self._down_until = 0.0
+        self.redactor: Redactor | None = None
+        self.token_budget: int | None = None
+        self.on_call: Callable[[dict[str, Any]], None] | None = None
 
     # -- plumbing ---------------------------------------------------------------------------------------------
 
@@ -125,15 +133,36 @@ class OpenAIReasoner:
             "messages": [{"role": "system", "content": P.SYSTEM}, {"role": "user", "content": user}]}
         if self._temperature is not None:
             kwargs["temperature"] = self._temperature
+        if self.redactor is not None:
+            data, schema_text = P.split_schema(user)
+            kwargs["messages"][1]["content"] = self.redactor.text(data) + schema_text
         self.usage.calls += 1
-        response: ChatCompletion = self.client.chat.completions.create(**kwargs)
+        record: dict[str, Any] = {
+            "event": "llm", "task": task, "model": self.model, "prompt_version": P.PROMPT_VERSION,
+            "format": FORMATS[self.format], "redacted": self.redactor is not None,
+            "prompt_sha256": hashlib.sha256(kwargs["messages"][1]["content"].encode()).hexdigest()}
+        try:
+            response: ChatCompletion = self.client.chat.completions.create(**kwargs)
+        except openai.OpenAIError as exc:
+            self._record({**record, "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
+            raise
+        usage = response.usage
+        self._record({**record, "prompt_tokens": usage.prompt_tokens if usage else None,
+                      "completion_tokens": usage.completion_tokens if usage else None})
         return response
+
+    def _record(self, record: dict[str, Any]) -> None:
+        if self.on_call is not None:
+            self.on_call(record)
 
     def _ask(self, task: str, user: Callable[[dict[str, Any] | None], str], schema: dict[str, Any],
              check: Callable[[Any], T]) -> T | None:
         """Two tries at a valid answer; None when both failed (the caller falls back)."""
         if time.monotonic() < self._down_until:
             self._error(task, "endpoint skipped after repeated API failures")
+            return None
+        if self.token_budget is not None and self.usage.tokens >= self.token_budget:
+            self._error(task, f"LLM token budget spent ({self.usage.tokens} of {self.token_budget} tokens)")
             return None
         for attempt in range(2):
             if attempt:
@@ -166,7 +195,8 @@ class OpenAIReasoner:
                 self.usage.completion_tokens += response.usage.completion_tokens or 0
             try:
                 content = response.choices[0].message.content if response.choices else None
-                result = check(_loads(content))
+                answer = _loads(content)
+                result = check(self.redactor.restore_data(answer) if self.redactor is not None else answer)
             except ValueError as exc:  # JSON and pydantic errors, answers outside the offer
                 self._error(task, f"invalid answer: {str(exc)[:240]}")
                 continue

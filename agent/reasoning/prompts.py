@@ -7,6 +7,7 @@ The incident text is data, never instructions; nothing the model writes is ever 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from typing import Any, Literal
@@ -50,6 +51,18 @@ TASKS = {
                  "root cause(s), the affected hosts/GPUs and the check evidence (check ids, findings) that "
                  "establishes them, then the recommended action. Do not claim causes that are not confirmed."),
 }
+
+SCHEMA_INTRO = "\n\nReply with a JSON object matching this JSON Schema:\n"
+# the audit log records which prompts a run used: any change to the instructions or budgets changes this
+PROMPT_VERSION = hashlib.sha256(json.dumps([SYSTEM, TASKS, USER_BUDGET, SUMMARY_BUDGET, NODES_BUDGET, MEMORY_BUDGET],
+                                           sort_keys=True).encode()).hexdigest()[:12]
+
+
+def split_schema(message: str) -> tuple[str, str]:
+    """(the data part, the appended schema or ""): redaction applies to the data only, never to the offered
+    labels and ids the answer must repeat exactly."""
+    data, sep, schema = message.partition(SCHEMA_INTRO)
+    return data, sep + schema
 
 
 def clip(text: str, budget: int) -> str:
@@ -187,7 +200,7 @@ def user_message(task: str, sections: list[str], schema: dict[str, Any] | None =
     text = TASKS[task].format(**fmt) + "\n\n" + "\n\n".join(s for s in sections if s)
     text = clip(text, USER_BUDGET)
     if schema is not None:
-        text += "\n\nReply with a JSON object matching this JSON Schema:\n" + json.dumps(schema, separators=(",", ":"))
+        text += SCHEMA_INTRO + json.dumps(schema, separators=(",", ":"))
     return text
 
 

@@ -24,10 +24,13 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eval.harness.history import HistoryInfo, HistoryRetrieval, HistorySpec, default_cache_dir, prepare
 from eval.harness.problems import Problem, remove_labels
+
+if TYPE_CHECKING:
+    from agent.taxonomy import Taxonomy
 
 Row = dict[str, Any]
 OnRow = Callable[[Row], None]
@@ -48,6 +51,7 @@ class RunConfig:
     workers: int = 2  # 0: in this process, one incident after another (debugging, tests)
     timeout_s: float = 600.0
     cache_dir: str | None = None  # seed DB and KB index built once (default: <aidai data dir>/eval-cache)
+    taxonomy_file: str | None = None  # a taxonomy other than the shipped one (e.g. built from history)
     data_dir: str = ""  # set by run_benchmark: the run's prepared DB
     work_dir: str = ""  # set by run_benchmark: simulated hosts live here
 
@@ -69,11 +73,17 @@ class IncidentTimeout(Exception):
 _WORKER: dict[str, Any] = {}
 
 
+def run_taxonomy(config: RunConfig) -> Taxonomy:
+    """The shipped taxonomy, or the run's --taxonomy file validated against its own check bindings."""
+    from agent.taxonomy import load_candidate, load_taxonomy
+
+    return load_candidate(Path(config.taxonomy_file)) if config.taxonomy_file else load_taxonomy()
+
+
 def init_worker(config: RunConfig, in_process: bool = False) -> None:
     """Per worker: a private copy of the DB, the (possibly reduced) taxonomy, the offline reasoner, retrieval."""
     from agent.diagnosis import DiagnoseOptions
     from agent.reasoning.offline import OfflineReasoner
-    from agent.taxonomy import load_taxonomy
     from eval.harness.methods import resolve_method
 
     if not in_process:
@@ -82,7 +92,7 @@ def init_worker(config: RunConfig, in_process: bool = False) -> None:
     private = Path(tempfile.mkdtemp(prefix="aidai-eval-worker-", dir=config.work_dir))
     data = private / "data"
     shutil.copytree(config.data_dir, data, dirs_exist_ok=True)
-    taxonomy, removed = load_taxonomy(), []
+    taxonomy, removed = run_taxonomy(config), []
     if config.remove:
         taxonomy, removed = remove_labels(taxonomy, config.remove)
     offline = OfflineReasoner(taxonomy)
@@ -260,12 +270,10 @@ def run_benchmark(config: RunConfig, problems: list[Problem], incidents_file: st
                   on_row: OnRow | None = None, on_stage: Callable[[str], None] | None = None) -> RunResult:
     """Prepare the run's DB in a fresh temp dir, run every method on every problem, clean up. With removed
     labels, the affected problems are run again with the full taxonomy (the "before" of AidAI Table 4)."""
-    from agent.taxonomy import load_taxonomy
-
     began = time.perf_counter()
     removed: list[str] = []
     if config.remove:
-        _, removed = remove_labels(load_taxonomy(), config.remove)  # fail early on an unknown label
+        _, removed = remove_labels(run_taxonomy(config), config.remove)  # fail early on an unknown label
     if config.leave_one_out and not incidents_file:
         raise ValueError("leave-one-out needs the incidents file (it is the history)")
     uses_kb = config.knowledge and "aidai" in config.methods
