@@ -7,7 +7,7 @@ DEV_INCIDENTS ?= ../shared/eval/dev_incidents.jsonl
 BENCH_OUT ?= eval/results/diagnosis
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install sshd chromium test test-llm lint demo bench eval clean bench-diagnosis bench-l4 bench-reveal \
+.PHONY: install sshd chromium postgres test test-llm lint demo bench eval clean bench-diagnosis bench-l4 bench-reveal \
 	bench-kaiops bench-history bench-server
 
 $(STAMP): pyproject.toml
@@ -25,7 +25,12 @@ chromium:
 	@{ command -v chromium && command -v chromedriver; } >/dev/null || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; }
 
-install: $(STAMP) sshd chromium
+# The team checkpoint store's tests start a throwaway PostgreSQL cluster on 127.0.0.1 (Debian's postgresql).
+postgres:
+	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends postgresql >/dev/null; }
+
+install: $(STAMP) sshd chromium postgres
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -12,7 +12,6 @@ report can show the real values; it never leaves the machine).
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 import uuid
 from collections.abc import Callable
@@ -20,11 +19,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.types import Command
 
 from agent import pretriage
 from agent.audit import AuditLog, audit_path, local_user
+from agent.checkpoints import open_store
 from agent.checks.runner import CheckRunner
 from agent.executors.hosts import SshOptions, executors_for
 from agent.graph.build import Approval, DiagnosisGraph, Emit, GraphTools, initial_state
@@ -71,6 +70,7 @@ class DiagnoseOptions:
     max_llm_tokens: int | None = None
     operator: str = ""  # who started the run (approver of record under approval all/none); default: the OS user
     redact_llm: bool = True  # redact every prompt sent to an LLM (reversibly, the mapping stays local)
+    checkpoint_url: str | None = None  # postgresql://...: the team's Postgres instead of SQLite in the data dir
 
     def limits(self) -> Limits:
         return Limits(max_checks=self.max_checks, max_wall_s=self.max_wall_s, max_llm_tokens=self.max_llm_tokens)
@@ -138,7 +138,7 @@ class Diagnoser:
             self.reasoner.token_budget = self.options.max_llm_tokens
         if hasattr(self.reasoner, "on_call"):
             self.reasoner.on_call = self._audit
-        self._conn: sqlite3.Connection | None = None
+        self._close_store: Callable[[], None] | None = None
         self.graph = DiagnosisGraph(self.tools).build(self._checkpointer())
 
     # ---- runs ---------------------------------------------------------------------------------------------
@@ -230,15 +230,14 @@ class Diagnoser:
             from langgraph.checkpoint.memory import InMemorySaver
 
             return InMemorySaver()
-        path = runs_dir(self.options) / "checkpoints.sqlite"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(path, check_same_thread=False)
-        return SqliteSaver(self._conn)
+        sqlite_path = runs_dir(self.options) / "checkpoints.sqlite"
+        saver, self._close_store = open_store(self.options.checkpoint_url, sqlite_path)
+        return saver
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        if self._close_store is not None:
+            self._close_store()
+            self._close_store = None
 
 
 # ---- saved runs -------------------------------------------------------------------------------------------

@@ -44,6 +44,10 @@ DataDirOpt = Annotated[Path | None, typer.Option("--data-dir", metavar="DIR",
                                                       "AIDAI_DATA_DIR; default: the per-user data dir).")]
 ChromaUrlOpt = Annotated[str | None, typer.Option("--chroma-url", metavar="URL",
                                                   help="Chroma server http://host:port (env AIDAI_CHROMA_URL).")]
+CheckpointUrlOpt = Annotated[str | None, typer.Option(
+    "--checkpoint-url", metavar="URL", envvar="AIDAI_CHECKPOINT_URL",
+    help="Keep run checkpoints in Postgres, postgresql://USER@HOST:PORT/DB (password in PGPASSWORD or ~/.pgpass, "
+         "not in the URL); default: SQLite in the data dir.")]
 KnownHostsOpt = Annotated[str | None, typer.Option("--known-hosts", metavar="FILE",
                                                    help="known_hosts for ssh:// hosts (default ~/.ssh/known_hosts).")]
 TrustOpt = Annotated[bool, typer.Option("--trust-new-host-keys",
@@ -75,6 +79,7 @@ MaxTokensOpt = Annotated[int | None, typer.Option("--max-llm-tokens", metavar="N
 def user_errors() -> tuple[type[Exception], ...]:
     """Errors that are the user's input or set-up, shown as one red line with exit code 2."""
     from agent.audit import AuditError
+    from agent.checkpoints import CheckpointStoreError
     from agent.checks.runner import CheckNotAllowed
     from agent.diagnosis import RunNotFound
     from agent.knowledge.embeddings import EmbeddingUnavailable
@@ -85,7 +90,7 @@ def user_errors() -> tuple[type[Exception], ...]:
 
     return (HostSpecError, ReasonerConfigError, RunNotFound, IncidentError, FileNotFoundError, IsADirectoryError,
             StoreError, EmbeddingUnavailable, CheckNotAllowed, LimitError, ExportError, RedactionMappingError,
-            AuditError)
+            CheckpointStoreError, AuditError)
 
 
 @contextmanager
@@ -292,6 +297,7 @@ def diagnose(
     profile: ProfileOpt = None,
     data_dir: DataDirOpt = None,
     chroma_url: ChromaUrlOpt = None,
+    checkpoint_url: CheckpointUrlOpt = None,
     no_history: Annotated[bool, typer.Option("--no-history", help="Skip pipeline 1 (similar past incidents).")
                           ] = False,
     known_hosts: KnownHostsOpt = None,
@@ -342,7 +348,7 @@ def diagnose(
                 approval="all" if approve_active else "ask" if ask else "none", llm=llm, base_url=base_url,
                 model=model, profile=profile, data_dir=str(data_dir) if data_dir else None, chroma_url=chroma_url,
                 history=not no_history, max_checks=max_checks, max_wall_s=max_wall_s, max_llm_tokens=max_llm_tokens,
-                operator=operator)
+                operator=operator, checkpoint_url=checkpoint_url)
         options.limits()  # a bad limit is refused before anything runs
         view = ProgressView(err)
         answer = signed(make_answer(view, err, interactive=ask, approve_all=approve_active), operator)

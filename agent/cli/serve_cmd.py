@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from agent.cli.diagnose_cmd import BaseUrlOpt, ChromaUrlOpt, DataDirOpt, ModelOpt
+from agent.cli.diagnose_cmd import BaseUrlOpt, CheckpointUrlOpt, ChromaUrlOpt, DataDirOpt, ModelOpt
 from agent.executors.hosts import SPEC_HELP
 
 
@@ -28,6 +28,7 @@ def serve(
                                                                          "above).")] = 16.0,
     data_dir: DataDirOpt = None,
     chroma_url: ChromaUrlOpt = None,
+    checkpoint_url: CheckpointUrlOpt = None,
     base_url: BaseUrlOpt = None,
     model: ModelOpt = None,
     no_history: Annotated[bool, typer.Option("--no-history", help="Skip pipeline 1 (similar past incidents).")
@@ -50,7 +51,7 @@ def serve(
                               tokens=load_tokens(tokens), host=host, port=port, workers=workers,
                               max_upload_bytes=int(max_upload_mb * 2**20), base_url=base_url, model=model,
                               kb_dir=str(kb_dir) if kb_dir else None, chroma_url=chroma_url,
-                              history=not no_history)
+                              checkpoint_url=checkpoint_url, history=not no_history)
         config.check()
     except (ConfigError, HostSpecError) as exc:
         err.print(f"[red]error: {escape(str(exc))}[/]", highlight=False, soft_wrap=True)

@@ -46,6 +46,7 @@ class ServerConfig:
     model: str | None = None
     kb_dir: str | None = None
     chroma_url: str | None = None
+    checkpoint_url: str | None = None  # Postgres for the runs' checkpoints (default: SQLite in the data dir)
     history: bool = True  # pipeline 1 (similar past incidents; loads the embedding model on the first run)
 
     def check(self) -> None:

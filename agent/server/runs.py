@@ -77,12 +77,11 @@ class RunManager:
     def options(self, hosts: list[str], *, llm: str, approval: str, feedback_rounds: int,
                 operator: str) -> DiagnoseOptions:
         c = self.config
-        options = DiagnoseOptions(hosts=hosts, approval=approval, llm=llm, base_url=c.base_url,  # type: ignore[arg-type]
-                                  model=c.model, data_dir=c.data_dir, chroma_url=c.chroma_url, kb_dir=c.kb_dir,
-                                  max_feedback_rounds=feedback_rounds, history=c.history)
-        if hasattr(options, "operator"):  # who started it: the audit log's approver of record under all/none
-            options.operator = operator
-        return options
+        # operator: who started it, the approver of record under the policies all/none
+        return DiagnoseOptions(hosts=hosts, approval=approval, llm=llm, base_url=c.base_url,  # type: ignore[arg-type]
+                               model=c.model, data_dir=c.data_dir, chroma_url=c.chroma_url, kb_dir=c.kb_dir,
+                               max_feedback_rounds=feedback_rounds, history=c.history,
+                               checkpoint_url=c.checkpoint_url, operator=operator)
 
     def retrieval(self, options: DiagnoseOptions) -> SharedRetrieval:
         with self._retrieval_lock:

@@ -3,7 +3,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { runId: null, abort: null, nodes: new Map(), judgements: new Map(), selected: null, pending: null };
+const state = { runId: null, abort: null, nodes: new Map(), judgements: new Map(), selected: null, pending: null, role: "" };
 
 function token() { return localStorage.getItem("aidai-token") || ""; }
 function headers(extra = {}) {
@@ -45,6 +45,7 @@ async function init() {
   try {
     const me = await (await api("/api/me")).json();
     $("who").textContent = `${me.name} (${me.role})`;
+    state.role = me.role;
     const hosts = await (await api("/api/hosts")).json();
     hosts.hosts.forEach((spec, i) => {
       const id = `host-${i}`;
@@ -246,6 +247,10 @@ function showApproval(e) {
   $("approval-checks").replaceChildren(...e.checks.map((c) => el("li", {},
     el("input", { type: "checkbox", id: `approve-${c.id}`, value: c.id, checked: "" }), " ",
     el("label", { for: `approve-${c.id}`, class: "inline" }, `${c.id} (${c.tier}, about ${Math.round(c.expected_cost_s)} s): ${c.description}`))));
+  // a viewer sees what waits for approval but cannot give it (the API would answer 403)
+  const operator = state.role === "operator";
+  $("approve").disabled = $("decline").disabled = !operator;
+  $("approval-note").hidden = operator;
   $("approval-box").hidden = false;
 }
 function showQuestion(e) {
