@@ -249,6 +249,21 @@ def mapping_path(options: DiagnoseOptions, run_id: str) -> Path:
     return runs_dir(options) / f"{run_id}.redaction.json"
 
 
+def run_ticket(report: Report, options: DiagnoseOptions) -> dict[str, Any]:
+    """The run's redacted ticket, with the placeholders the LLM saw (the run's mapping); values first seen in the
+    ticket join the mapping, so the local report can restore them too."""
+    from agent.ticket import ticket_data
+
+    redactor = Redactor(hostnames=report.hosts, usernames=[options.operator or local_user(),
+                                                           *ssh_users(options.hosts)])
+    path = mapping_path(options, report.run_id)
+    redactor.load(path)
+    data = ticket_data(report, redactor=redactor)
+    if options.checkpoint:
+        redactor.save(path)
+    return data
+
+
 def ssh_users(specs: list[str]) -> list[str]:
     from urllib.parse import urlsplit
 

@@ -23,6 +23,7 @@ from agent.cli.diagnose_cmd import (
     LlmOpt,
     ModelOpt,
     ProfileOpt,
+    TicketExport,
     TicketOpt,
     TrustOpt,
     check_profile,
@@ -30,7 +31,6 @@ from agent.cli.diagnose_cmd import (
     make_incident,
     run_diagnosis,
     ssh_options,
-    write_ticket_files,
 )
 from agent.cli.render import ProgressView, make_answer, read_lines, report_panel, resume_command
 
@@ -79,5 +79,5 @@ def chat(
             if not report.resolved:
                 console.print("[yellow]No root cause was confirmed: this goes to the provider.[/] Send them the "
                               "ticket below; it lists everything that was checked (hostnames and secrets redacted).")
-            write_ticket_files(report, path, console)
+            TicketExport(path, "both", None, None).run(report, options, console)
     raise typer.Exit(EXIT_RESOLVED if report.resolved else EXIT_UNRESOLVED)

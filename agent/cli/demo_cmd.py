@@ -19,10 +19,10 @@ from agent.cli.diagnose_cmd import (
     EXIT_RESOLVED,
     EXIT_UNRESOLVED,
     DataDirOpt,
+    TicketExport,
     clean_errors,
     make_incident,
     run_diagnosis,
-    write_ticket_files,
 )
 from agent.cli.render import ProgressView, make_answer, report_panel, resume_command
 from agent.executors.sim import sim_executors
@@ -68,7 +68,7 @@ def demo(
         report = run_diagnosis(options, view, make_answer(view, console, interactive=False),
                                incident=make_incident(record["description"], record["environment"], options.hosts))
         console.print(report_panel(report, resume_hint=resume_command(report.run_id, options.data_dir)))
-        write_ticket_files(report, scenario.root / "ticket", console)
+        TicketExport(scenario.root / "ticket", "both", None, None).run(report, options, console)
     found = [c.label for c in report.root_causes]
     hit = record["label"] in found
     console.print(f"expected: [bold]{escape(record['label'])}[/]   found: "

@@ -196,14 +196,6 @@ def run_diagnosis(options: DiagnoseOptions, view: ProgressView, answer: Answer, 
                 executor.close()
 
 
-def write_ticket_files(report: Report, path: Path, console: Console) -> tuple[Path, Path]:
-    from agent.ticket import write_ticket
-
-    md, js = write_ticket(report, path)
-    console.print(f"ticket written: {escape(str(md))} and {escape(str(js))}", highlight=False)
-    return md, js
-
-
 class TicketExport:
     """--ticket/--ticket-format/--webhook/--webhook-template, checked before the diagnosis runs and carried out
     after it with the run's redaction mapping (the ticket shows the placeholders the LLM saw)."""
@@ -230,17 +222,12 @@ class TicketExport:
         """Files first, then the webhook: a receiver that fails loses nothing (the ticket is on disk and the
         error says where)."""
         from agent.audit import AuditLog, audit_path, local_user
-        from agent.diagnosis import mapping_path, runs_dir, ssh_users
-        from agent.redact import Redactor
-        from agent.ticket import ticket_data, write_formats
+        from agent.diagnosis import run_ticket, runs_dir
+        from agent.ticket import write_formats
         from agent.ticket_export import ExportError, digest, post, public_url, render_body
 
         runs = runs_dir(options)
-        redactor = Redactor(hostnames=report.hosts, usernames=[options.operator or local_user(),
-                                                               *ssh_users(options.hosts)])
-        redactor.load(mapping_path(options, report.run_id))
-        data = ticket_data(report, redactor=redactor)
-        redactor.save(mapping_path(options, report.run_id))
+        data = run_ticket(report, options)
         audit = AuditLog(audit_path(runs, report.run_id), report.run_id) if options.checkpoint else None
         who = options.operator or local_user()
         written = write_formats(data, self.path if self.path is not None else runs / f"{report.run_id}.ticket",

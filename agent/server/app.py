@@ -178,9 +178,11 @@ def create_app(config: ServerConfig) -> FastAPI:
         run = get_run(run_id)
         if not run.get("report"):
             raise HTTPException(409, f"run {run_id} is {run['status']}: the ticket exists once it is done")
-        from agent.ticket import render_markdown, ticket_data
+        from agent.diagnosis import DiagnoseOptions, run_ticket
+        from agent.ticket import render_markdown
 
-        data = ticket_data(Report.model_validate(run["report"]))
+        # the run's own mapping: the ticket names hosts and secrets by the placeholders the LLM saw
+        data = run_ticket(Report.model_validate(run["report"]), DiagnoseOptions(**run["options"]))
         if format == "md":
             return PlainTextResponse(render_markdown(data), media_type="text/markdown; charset=utf-8")
         return data
