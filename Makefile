@@ -7,7 +7,7 @@ DEV_INCIDENTS ?= ../shared/eval/dev_incidents.jsonl
 BENCH_OUT ?= eval/results/diagnosis
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install sshd chromium postgres test test-llm lint demo bench eval clean bench-diagnosis bench-l4 bench-reveal \
+.PHONY: install test-services sshd chromium postgres test test-llm lint demo bench eval clean bench-diagnosis bench-l4 bench-reveal \
 	bench-kaiops bench-history bench-server
 
 $(STAMP): pyproject.toml
@@ -30,16 +30,19 @@ postgres:
 	@ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends postgresql >/dev/null; }
 
-install: $(STAMP) sshd chromium postgres
+install: $(STAMP)
+
+# Real servers the tests start on loopback (Debian packages, installed when missing).
+test-services: sshd chromium postgres
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-test: install lint
+test: install test-services lint
 	$(BIN)/python -m pytest -q -m "not llm_server"
 
 # The openai reasoner against a real model served by llama-cpp-python on loopback (compiles llama.cpp: ~10 min).
-test-llm: install
+test-llm: install test-services
 	$(BIN)/python -m pip install -q -e '.[dev,llm]'
 	$(BIN)/python -m pytest -q -m llm_server -s
 

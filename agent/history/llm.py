@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from agent.history import build as builder
 from agent.history.labeling import Labelled, first_sentence, humanize
 from agent.history.merge import Merger, Verification, empty_taxonomy, leaves
 from agent.history.records import HistoryRecord
+from agent.reasoning.base import Usage
 from agent.reasoning.openai_reasoner import PLACEHOLDER_KEY, _loads, api_key_from_env
 
 LABEL_RE = r"^[A-Z][A-Z0-9_]*\.[A-Z][A-Z0-9_]*\.[A-Z][A-Z0-9_]*$"
@@ -32,16 +33,6 @@ SYSTEM = ("You build an incident taxonomy for AI workloads on GPU machines from 
           "underscores; reuse an existing label when the root cause is the same.")
 
 
-@dataclass
-class LlmUsage:
-    calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    retries: int = 0
-    fallbacks: int = 0
-    errors: list[str] = field(default_factory=list)
-
-
 class TaxonomyLLM:
     """A small structured-output client: two tries per question, tokens counted from the API's usage."""
 
@@ -49,7 +40,7 @@ class TaxonomyLLM:
         self.model = model
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key or api_key_from_env() or PLACEHOLDER_KEY,
                                     timeout=timeout_s, max_retries=0)
-        self.usage = LlmUsage()
+        self.usage = Usage()  # the reasoners' accounting type
         self.json_schema = True  # falls back to json_object (schema in the prompt) when the server rejects it
 
     def ask(self, task: str, prompt: str, schema: dict[str, Any], max_tokens: int) -> Any | None:
