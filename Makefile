@@ -51,6 +51,7 @@ demo: install
 
 bench: install bench-diagnosis bench-l4 bench-reveal bench-kaiops bench-history bench-server
 	$(BIN)/python -m eval.bench_checks
+	$(BIN)/python -m eval.bench_safety
 
 # L4 log localizer: throughput vs plain Drain3, Loghub grouping accuracy (research-only data, read in place),
 # 200 simulated faulty jobs, broken files. Tables in eval/results/l4.md.

@@ -166,7 +166,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=20240601, help="segments, hosts and injections")
     parser.add_argument("--mode", choices=["reference", "self", "both"], default="self",
                         help="reference: fitted on the rest of the clean run; self: the file's own top 1 %%")
-    parser.add_argument("--skip", nargs="*", default=[], choices=["speed", "collector", "preflight"])
+    parser.add_argument("--skip", nargs="*", default=[],
+                        choices=["false-positives", "injected", "speed", "collector", "preflight"])
     parser.add_argument("--out", type=Path, default=ROOT / "eval" / "results" / "reveal.md")
     args = parser.parse_args()
     if not TRACES:
@@ -186,7 +187,8 @@ def main() -> None:
         ("Collector overhead (procfs/sysfs; nvidia-smi/perf when present)", lambda: collector(args.collector_s)),
         ("Preflight on simulated hosts", preflight),
     ]
-    skipped = {"speed": "Detection time", "collector": "Collector overhead", "preflight": "Preflight"}
+    skipped = {"false-positives": "False positives", "injected": "Injected anomalies", "speed": "Detection time",
+               "collector": "Collector overhead", "preflight": "Preflight"}
     sections = [(t, f) for t, f in sections if not any(t.startswith(skipped[k]) for k in args.skip)]
     out = ["# Reveal and preflight benchmark", "", "`.venv/bin/python -m eval.bench_reveal` (`make bench-reveal`)", ""]
     for title, section in sections:

@@ -55,15 +55,8 @@ def test_json_data_is_redacted_keys_included() -> None:
 
 
 # ---- reversible redaction: realistic logs, the local mapping, what an LLM receives ------------------------------
-REALISTIC_LOG = """2026-11-20T03:12:44Z trainer[41]: loading checkpoint /home/alice/llama70b/ckpt-0042/model.safetensors
-export HF_TOKEN=hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123
-aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY
-DATABASE_URL=postgres://mlops:S3cr3t!pass@db.internal.example.com:5432/runs
-ssh alice@gpu-a17 'nvidia-smi -q'   # 10.12.0.17, fe80::1ff:fe23:4567:890a
-gpu-a17:4121:4188 [5] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.12.0.17<0>
-curl -H "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJlc2lnbmF0dXJl" https://api.wandb.ai
-user=alice job=llama70b rank=5 Xid (PCI:0000:5d:00): 48 driver 535.161.08 NCCL 2.18.5 on trainer7
-"""
+# secrets, users, paths, hosts and IPs as they appear in real training logs (written for these tests)
+REALISTIC_LOG = (Path(__file__).parent / "fixtures" / "redact" / "realistic.log").read_text()
 SENSITIVE = ["/home/alice", "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
              "S3cr3t!pass", "mlops", "db.internal.example.com", "alice", "gpu-a17", "10.12.0.17", "fe80::1ff",
              "eyJhbGciOiJIUzI1NiJ9", "api.wandb.ai", "trainer7"]

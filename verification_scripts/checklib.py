@@ -317,3 +317,40 @@ def parse_q_sections(text):
         else:
             stack = [*stack[:level], raw.strip()]
     return gpus
+
+
+# ---- versions -----------------------------------------------------------------------------
+def vkey(text):
+    """(535, 161, 8) for '535.161.08'; local suffixes ('+cu121', '+fa0c9a7', '-1') are dropped."""
+    core = re.split(r"[+\s~-]", str(text).strip().lstrip("vV"), maxsplit=1)[0]
+    parts = []
+    for piece in core.split("."):
+        match = re.match(r"\d+", piece)
+        if not match:
+            break
+        parts.append(int(match.group(0)))
+    return tuple(parts)
+
+
+def pattern_matches(pattern, version):
+    """known_bad.yaml patterns: exact ('2.20.5'), minor ('2.20.*') or driver branch ('525')."""
+    have, pattern = vkey(version), str(pattern)
+    if not have:
+        return False
+    if pattern.endswith(".*"):
+        prefix = vkey(pattern[:-2])
+        return have[:len(prefix)] == prefix
+    if "." not in pattern:
+        return have[:1] == vkey(pattern)
+    return have == vkey(pattern)
+
+
+def known_bad_entry(entries, version):
+    """The first known_bad.yaml entry of `entries` that lists `version`, honouring fixed_in; None if none does."""
+    for entry in entries or []:
+        fixed = entry.get("fixed_in")
+        if fixed and vkey(version) >= vkey(str(fixed)):
+            continue
+        if any(pattern_matches(p, version) for p in entry.get("versions") or []):
+            return entry
+    return None

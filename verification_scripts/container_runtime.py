@@ -14,40 +14,9 @@ import shutil
 import time
 
 import checklib
+from checklib import known_bad_entry, vkey
 
 NVIDIA_MAJOR = "195"  # char major of /dev/nvidia0.. and /dev/nvidiactl
-
-
-def vkey(text):
-    core = re.split(r"[+\s~-]", str(text).strip().lstrip("vV"), maxsplit=1)[0]
-    parts = []
-    for piece in core.split("."):
-        match = re.match(r"\d+", piece)
-        if not match:
-            break
-        parts.append(int(match.group(0)))
-    return tuple(parts)
-
-
-def pattern_matches(pattern, version):
-    have, pattern = vkey(version), str(pattern)
-    if not have:
-        return False
-    if pattern.endswith(".*"):
-        prefix = vkey(pattern[:-2])
-        return have[:len(prefix)] == prefix
-    if "." not in pattern:
-        return have[:1] == vkey(pattern)
-    return have == vkey(pattern)
-
-
-def known_bad_entry(entries, version):
-    for entry in entries or []:
-        if entry.get("fixed_in") and vkey(version) >= vkey(entry["fixed_in"]):
-            continue
-        if any(pattern_matches(p, version) for p in entry.get("versions") or []):
-            return entry
-    return None
 
 
 def in_container(check):

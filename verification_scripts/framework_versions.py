@@ -15,6 +15,7 @@ import shutil
 import tempfile
 
 import checklib
+from checklib import known_bad_entry, vkey
 
 PACKAGES = ["torch", "deepspeed", "accelerate", "transformers", "megatron-core", "flash-attn", "apex", "vllm",
             "nvidia-nccl-cu12", "nvidia-nccl-cu11", "nvidia-nccl-cu13"]
@@ -92,41 +93,6 @@ def run_probe(check, python, source, args, timeout, env=None):
         return check.run([python, path, *args], timeout=timeout, env=env)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-
-
-def vkey(text):
-    """(535, 161, 8) for '535.161.08'; local suffixes ('+cu121', '+fa0c9a7', '-1') are dropped."""
-    core = re.split(r"[+\s~-]", str(text).strip().lstrip("vV"), maxsplit=1)[0]
-    parts = []
-    for piece in core.split("."):
-        match = re.match(r"\d+", piece)
-        if not match:
-            break
-        parts.append(int(match.group(0)))
-    return tuple(parts)
-
-
-def pattern_matches(pattern, version):
-    have = vkey(version)
-    if not have:
-        return False
-    pattern = str(pattern)
-    if pattern.endswith(".*"):
-        prefix = vkey(pattern[:-2])
-        return have[:len(prefix)] == prefix
-    if "." not in pattern:
-        return have[:1] == vkey(pattern)
-    return have == vkey(pattern)
-
-
-def known_bad_entry(entries, version):
-    for entry in entries or []:
-        fixed = entry.get("fixed_in")
-        if fixed and vkey(version) >= vkey(fixed):
-            continue
-        if any(pattern_matches(p, version) for p in entry.get("versions") or []):
-            return entry
-    return None
 
 
 def min_driver_for(cuda):

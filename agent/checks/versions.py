@@ -1,35 +1,26 @@
-"""Version arithmetic the product shares: version keys and the known-bad version table
-(verification_scripts/known_bad.yaml) as preflight and the simulator read it."""
+"""Version arithmetic the product shares with the check scripts: version keys and the known-bad version table
+(verification_scripts/known_bad.yaml) as preflight and the simulator read it. One copy, in checklib.py (shipped to
+every node with the scripts, so python3-stdlib only); here it is loaded from there."""
 
 from __future__ import annotations
 
-import re
+import importlib.util
 from typing import Any
 
-
-def vkey(text: str) -> tuple[int, ...]:
-    """(535, 161, 8) for '535.161.08'; local suffixes ('+cu121', '-1') are dropped."""
-    core = re.split(r"[+\s~-]", str(text).strip().lstrip("vV"), maxsplit=1)[0]
-    parts = []
-    for piece in core.split("."):
-        match = re.match(r"\d+", piece)
-        if not match:
-            break
-        parts.append(int(match.group(0)))
-    return tuple(parts)
+from agent.paths import SCRIPTS_DIR
 
 
-def pattern_matches(pattern: str, version: str) -> bool:
-    """known_bad.yaml patterns: exact ('2.20.5'), minor ('2.20.*') or driver branch ('525')."""
-    have = vkey(version)
-    if not have:
-        return False
-    if pattern.endswith(".*"):
-        prefix = vkey(pattern[:-2])
-        return have[:len(prefix)] == prefix
-    if "." not in pattern:
-        return have[:1] == vkey(pattern)
-    return have == vkey(pattern)
+def _checklib() -> Any:
+    spec = importlib.util.spec_from_file_location("aidai_checklib", SCRIPTS_DIR / "checklib.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_lib = _checklib()
+vkey = _lib.vkey
+pattern_matches = _lib.pattern_matches
 
 
 def known_bad_entry(kind: str, version: str, table: dict[str, Any] | None = None) -> dict[str, Any] | None:
@@ -38,9 +29,4 @@ def known_bad_entry(kind: str, version: str, table: dict[str, Any] | None = None
         from agent.checks.manifest import load_known_bad
 
         table = load_known_bad()
-    for entry in table.get(kind) or []:
-        if entry.get("fixed_in") and vkey(version) >= vkey(str(entry["fixed_in"])):
-            continue
-        if any(pattern_matches(str(p), version) for p in entry.get("versions") or []):
-            return entry
-    return None
+    return _lib.known_bad_entry(table.get(kind), version)  # type: ignore[no-any-return]
