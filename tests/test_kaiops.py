@@ -121,6 +121,46 @@ def test_checkpoint_roundtrip_and_clear_errors(tiny: checkpoint.Trained, rows: l
         checkpoint.load(tmp_path / "other.pt")
 
 
+def test_change_channels_measure_against_the_jobs_own_start() -> None:
+    from agent.kaiops.dataset import Task
+    from agent.kaiops.features import BASELINE_STEPS, Featurizer
+
+    flat = [50.0] * 30
+    ramp = [50.0] * 20 + [50.0 + 4 * i for i in range(1, 11)]
+    tasks = [Task(id=i, hosts=["h"], metrics={"mem_util": series}, logs=[], label="Normal")
+             for i, series in (("flat", flat), ("ramp", ramp))]
+    feat = Featurizer.fit(tasks)
+    a = feat.arrays(tasks, LineEncoder("hash"))
+    k, j = len(METRICS), METRICS.index("mem_util")
+    change = a.metrics[:, :, k + j] * feat.std[j]
+    assert np.allclose(change[0], 0) and np.allclose(change[1, :20], 0)
+    assert np.allclose(change[1, 20:], [4 * i for i in range(1, 11)], atol=1e-4) and BASELINE_STEPS <= 20
+    assert np.all(a.metrics[:, :, 2 * k + j] == 1) and np.all(a.metrics[:, :, 2 * k:2 * k + j] == 0)
+
+
+def test_host_dropout_hides_the_hosts_in_training_only(tiny: checkpoint.Trained, rows: list[dict]) -> None:
+    from dataclasses import replace
+
+    from agent.kaiops.model import Kaiops
+    from agent.kaiops.train import tensors
+
+    enc = LineEncoder("hash")
+    a = tiny.featurizer.arrays(as_tasks(rows[:8]), enc)
+    inputs = tensors(a, torch.from_numpy(enc.table()))
+    other = (inputs[0], inputs[1], inputs[2], torch.where(inputs[3] > 0, 1, 0), inputs[4])  # every host unknown
+    model = Kaiops(replace(tiny.model.cfg, host_dropout=1.0, dropout=0.0))
+    model.load_state_dict(tiny.model.state_dict())
+    model.train()
+
+    def seeded(x: tuple) -> torch.Tensor:  # the same dropout masks for both calls
+        torch.manual_seed(0)
+        return model(*x)
+
+    assert torch.allclose(seeded(inputs), seeded(other), atol=1e-6)  # the branch is dropped for every task
+    model.eval()
+    assert not torch.allclose(model(*inputs), model(*other), atol=1e-6)
+
+
 def test_shipped_checkpoint_loads_and_says_how_it_was_made() -> None:
     trained = checkpoint.load()
     assert trained.encoder == "minilm"

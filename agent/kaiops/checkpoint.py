@@ -13,7 +13,7 @@ from agent.kaiops.features import Featurizer
 from agent.kaiops.model import Kaiops, ModelConfig
 
 FORMAT = "aidai-kaiops-checkpoint"
-VERSION = 1
+VERSION = 2  # 2: three channel blocks per metric (value, change from the job baseline, presence)
 SHIPPED = Path(__file__).parent / "data" / "kaiops.pt"
 
 

@@ -32,7 +32,7 @@ def training_set(trained: checkpoint.Trained) -> list[Task]:
 
 
 def evaluate(held_out: list[Task], *, train_path: Path | None = None, checkpoint_path: Path | None = None,
-             ablations: bool = False, epochs: int = 6, encoder: str = "minilm", seed: int = 0,
+             ablations: bool = False, epochs: int = 30, encoder: str = "minilm", seed: int = 0,
              progress: Callable[[str], object] | None = None) -> dict:
     say = progress or (lambda _msg: None)
     y = labels_of(held_out)

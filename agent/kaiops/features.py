@@ -15,11 +15,16 @@ MAX_LINES = 48  # the last lines of the job's log: the failure is at the end
 MAX_HOSTS = 16
 PAD, UNKNOWN = 0, 1  # host ids
 LOG_SCALED = {"net_rx_mbps", "net_tx_mbps", "disk_read_mbps", "disk_write_mbps"}
+# the job's own baseline: the median of its first minutes. Jobs differ in their levels (a 16-host all-reduce moves
+# 100x what a 1-host job does), so a precursor is a change against the job's own past more than a value against
+# the fleet's; the third channel block carries that change
+BASELINE_STEPS = 10
+BLOCKS = 3  # channel blocks per metric: fleet-standardised value, change from the job's baseline, presence
 
 
 @dataclass
 class Arrays:
-    metrics: np.ndarray  # (N, STEPS, 2 * len(METRICS)) float32: standardised values, then presence 0/1
+    metrics: np.ndarray  # (N, STEPS, BLOCKS * len(METRICS)) float32: standardised values, change, presence 0/1
     lines: np.ndarray  # (N, MAX_LINES) int64 row in the encoder table, -1 = padding
     steps: np.ndarray  # (N, MAX_LINES) int64 minute of each line
     hosts: np.ndarray  # (N, MAX_HOSTS) int64 host id, 0 = padding
@@ -50,6 +55,16 @@ def raw_metrics(task: Task) -> np.ndarray:
     return out
 
 
+def _baseline(raw: np.ndarray) -> np.ndarray:
+    """Per metric, the median of the first BASELINE_STEPS present minutes (0 where a metric never reports)."""
+    out = np.zeros(raw.shape[1])
+    for j in range(raw.shape[1]):
+        seen = raw[~np.isnan(raw[:, j]), j]
+        if seen.size:
+            out[j] = np.median(seen[:BASELINE_STEPS])
+    return out
+
+
 @dataclass
 class Featurizer:
     mean: list[float]
@@ -67,7 +82,8 @@ class Featurizer:
 
     def arrays(self, tasks: list[Task], encoder: LineEncoder) -> Arrays:
         n = len(tasks)
-        metrics = np.zeros((n, STEPS, 2 * len(METRICS)), dtype=np.float32)
+        metrics = np.zeros((n, STEPS, BLOCKS * len(METRICS)), dtype=np.float32)
+        k_m = len(METRICS)
         lines = np.full((n, MAX_LINES), -1, dtype=np.int64)
         steps = np.zeros((n, MAX_LINES), dtype=np.int64)
         hosts = np.zeros((n, MAX_HOSTS), dtype=np.int64)
@@ -78,8 +94,9 @@ class Featurizer:
         for i, task in enumerate(tasks):
             raw = raw_metrics(task)
             present = ~np.isnan(raw)
-            metrics[i, :, :len(METRICS)] = np.where(present, (raw - mean) / std, 0.0)
-            metrics[i, :, len(METRICS):] = present
+            metrics[i, :, :k_m] = np.where(present, (raw - mean) / std, 0.0)
+            metrics[i, :, k_m:2 * k_m] = np.where(present, (raw - _baseline(raw)) / std, 0.0)
+            metrics[i, :, 2 * k_m:] = present
             k = len(tails[i])
             if k:
                 lines[i, :k] = flat[offset:offset + k]

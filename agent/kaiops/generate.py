@@ -220,7 +220,8 @@ CLIP = {"cpu_util": 100, "mem_util": 100, "gpu_util": 100, "gpu_mem_util": 100}
 
 
 def make_task(seed: int, index: int, c: Cluster | None = None) -> dict:
-    """One task as a JSON-ready dict (the on-disk format of agent.kaiops.dataset), plus `kind` (the shape drawn)."""
+    """One task as a JSON-ready dict (the on-disk format of agent.kaiops.dataset), plus `kind` (the shape drawn)
+    and `drawn_label` (the class simulated, before label noise: what an oracle would answer)."""
     c = c or cluster()
     rnd = random.Random(f"{seed}:{index}")
     nrs = np.random.default_rng([seed, index])
@@ -246,11 +247,12 @@ def make_task(seed: int, index: int, c: Cluster | None = None) -> dict:
     for name in ("disk_read_mbps", "disk_write_mbps", "gpu_mem_util"):  # collectors that were not deployed
         if rnd.random() < 0.04:
             del metrics[name]
+    drawn = label
     if label != "Normal" and rnd.random() < LABEL_NOISE:
         label = rnd.choice(CONFUSABLE[label])
     logs = [line for _, line in sorted(out, key=lambda p: p[0])]
     return {"id": f"s{seed}-{index:06d}", "hosts": hosts, "metrics": metrics, "logs": logs, "label": label,
-            "kind": kind, "training": training}
+            "kind": kind, "training": training, "drawn_label": drawn}
 
 
 def generate(seed: int, n: int) -> list[dict]:

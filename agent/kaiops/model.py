@@ -11,6 +11,7 @@ from torch.nn.utils.parametrizations import weight_norm
 
 from agent.kaiops import CLASSES, METRICS, STEPS
 from agent.kaiops.encode import DIM
+from agent.kaiops.features import BLOCKS
 
 
 @dataclass
@@ -26,6 +27,9 @@ class ModelConfig:
     d_gru: int = 64
     heads: int = 4
     dropout: float = 0.2
+    # training drops a task's whole host branch with this probability: host ids are a strong shortcut (faulty hosts
+    # cluster) that otherwise crowds out what the metrics and logs say, and a new host carries no history at all
+    host_dropout: float = 0.0
 
     def dict(self) -> dict:
         return asdict(self)
@@ -127,7 +131,7 @@ class Kaiops(nn.Module):
             self.logs = LogEncoder(cfg.d_log, cfg.heads, cfg.dropout)
             d_fused += cfg.d_log
         if cfg.use_metrics:
-            self.tcn = TCN(2 * len(METRICS), cfg.d_metric)
+            self.tcn = TCN(BLOCKS * len(METRICS), cfg.d_metric)
             d_fused += cfg.d_metric
         if cfg.use_hosts:
             self.hosts = nn.Embedding(cfg.n_hosts, cfg.d_host, padding_idx=0)
@@ -142,7 +146,7 @@ class Kaiops(nn.Module):
 
     def forward(self, metrics: torch.Tensor, lines: torch.Tensor, line_steps: torch.Tensor, hosts: torch.Tensor,
                 table: torch.Tensor) -> torch.Tensor:
-        """metrics (B, T, 16); lines (B, L) rows of `table` (n, 384), -1 = none; line_steps (B, L) minute of
+        """metrics (B, T, BLOCKS * 8); lines (B, L) rows of `table` (n, 384), -1 = none; line_steps (B, L) minute of
         each line; hosts (B, H) host ids, 0 = none."""
         parts = []
         if self.cfg.use_logs:
@@ -152,6 +156,9 @@ class Kaiops(nn.Module):
         if self.cfg.use_hosts:
             present = (hosts > 0).unsqueeze(-1).float()
             pooled = (self.hosts(hosts) * present).sum(1) / present.sum(1).clamp(min=1.0)
+            if self.training and self.cfg.host_dropout > 0:
+                keep = torch.rand(pooled.shape[0], 1, device=pooled.device) >= self.cfg.host_dropout
+                pooled = pooled * keep
             parts.append(pooled.unsqueeze(1).expand(-1, STEPS, -1))
         x = self.seg(torch.cat(parts, dim=-1))
         h, _ = self.gru(x)

@@ -18,6 +18,8 @@ from agent.kaiops.loss import DynamicClassWeightedLoss, per_class_accuracy
 from agent.kaiops.model import Kaiops, ModelConfig
 from agent.kaiops.scoring import score
 
+HOST_DROPOUT = 0.5
+
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
@@ -55,9 +57,9 @@ def predict_proba(model: Kaiops, a: Arrays, table: torch.Tensor, batch: int = 51
     return np.concatenate(out) if out else np.zeros((0, len(CLASSES)))
 
 
-def train(tasks: list[Task], encoder: LineEncoder, *, epochs: int = 6, seed: int = 0, batch: int = 64,
+def train(tasks: list[Task], encoder: LineEncoder, *, epochs: int = 30, seed: int = 0, batch: int = 64,
           lr: float = 2e-3, use_logs: bool = True, use_metrics: bool = True, use_hosts: bool = True,
-          dynamic_weights: bool = True, log: bool = False,
+          dynamic_weights: bool = True, host_dropout: float = HOST_DROPOUT, log: bool = False,
           threads: int = 1) -> tuple[Trained, dict]:
     """Train on `tasks` (10 % held out, stratified, for the per-class accuracy that drives the loss weights and
     for keeping the best epoch by macro-F1). Returns the model and its history. One torch thread by default: on
@@ -72,7 +74,7 @@ def train(tasks: list[Task], encoder: LineEncoder, *, epochs: int = 6, seed: int
     arrays = featurizer.arrays(tasks, encoder)
     table = torch.from_numpy(encoder.table())
     cfg = ModelConfig(n_hosts=len(featurizer.host_ids) + 2, use_logs=use_logs, use_metrics=use_metrics,
-                      use_hosts=use_hosts)
+                      use_hosts=use_hosts, host_dropout=host_dropout if use_hosts else 0.0)
     model = Kaiops(cfg)
     loss_fn = DynamicClassWeightedLoss(len(CLASSES))
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
