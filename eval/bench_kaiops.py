@@ -22,7 +22,7 @@ from agent.kaiops.encode import LineEncoder
 from agent.kaiops.evaluate import evaluate
 from agent.kaiops.generate import LABEL_NOISE, generate
 from agent.kaiops.scoring import score
-from agent.kaiops.train import tensors
+from agent.kaiops.train import labels_of, tensors
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = {"kaiops": (0.7799, 0.6947, 0.7228, 0.3053, 0.0202), "rf": (0.8051, 0.6160, 0.6568, 0.3840, 0.0299),
@@ -75,7 +75,7 @@ def main() -> None:
     mix = {c: sum(t.label == c for t in held_out) for c in CLASSES}
     methods = result["methods"]
     # the ceiling: an oracle that knows which class each task was simulated as, scored against the noisy labels
-    methods["oracle"] = score(np.array([CLASSES.index(t.label) for t in held_out]),
+    methods["oracle"] = score(labels_of(held_out),
                               np.array([CLASSES.index(r["drawn_label"]) for r in rows_out]))
     lines = ["# KAIOPS benchmark", "",
              f"Held-out set: {args.tasks} simulated tasks, seed {args.seed} (training: seed {info['data_seed']}, "

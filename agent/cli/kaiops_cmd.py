@@ -10,6 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from agent.kaiops import EPOCHS
+
 app = typer.Typer(help="Classify training-task anomalies from logs, minute metrics and hosts (KAIOPS).",
                   no_args_is_help=True)
 console = Console()
@@ -66,7 +68,7 @@ def train_cmd(
     data: Annotated[Path | None, typer.Option("--data", help="Training tasks (JSONL).")] = None,
     seed: Annotated[int | None, typer.Option(help="Generate the training set with this seed...")] = None,
     tasks: Annotated[int | None, typer.Option(help="...and this many tasks.")] = None,
-    epochs: Annotated[int, typer.Option(help="Training epochs.")] = 30,
+    epochs: Annotated[int, typer.Option(help="Training epochs.")] = EPOCHS,
     train_seed: Annotated[int, typer.Option("--train-seed", help="Seed of torch/numpy/random.")] = 0,
     encoder: Annotated[str, typer.Option(help="Line encoder: minilm (all-MiniLM-L6-v2) or hash (tests).")] = "minilm",
     no_logs: Annotated[bool, typer.Option("--no-logs", help="Ablation: without the log branch.")] = False,
@@ -114,7 +116,7 @@ def eval_cmd(
     ckpt: Annotated[Path | None, typer.Option("--checkpoint", help="KAIOPS checkpoint (default: shipped).")] = None,
     ablations: Annotated[bool, typer.Option("--ablations", help="Also train and score w/o logs, metrics, hosts."
                                             )] = False,
-    epochs: Annotated[int, typer.Option(help="Epochs for models trained here.")] = 30,
+    epochs: Annotated[int, typer.Option(help="Epochs for models trained here.")] = EPOCHS,
     encoder: Annotated[str, typer.Option(help="Line encoder for models trained here (minilm, or hash for tests).")
                        ] = "minilm",
     as_json: Annotated[bool, typer.Option("--json", help="Print the scores as JSON.")] = False,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from agent.kaiops import KaiopsError, checkpoint
+from agent.kaiops import EPOCHS, KaiopsError, checkpoint
 from agent.kaiops.baselines import BASELINES, fit_predict
 from agent.kaiops.dataset import Task, as_tasks, read_tasks
 from agent.kaiops.encode import LineEncoder
@@ -32,7 +32,7 @@ def training_set(trained: checkpoint.Trained) -> list[Task]:
 
 
 def evaluate(held_out: list[Task], *, train_path: Path | None = None, checkpoint_path: Path | None = None,
-             ablations: bool = False, epochs: int = 30, encoder: str = "minilm", seed: int = 0,
+             ablations: bool = False, epochs: int = EPOCHS, encoder: str = "minilm", seed: int = 0,
              progress: Callable[[str], object] | None = None) -> dict:
     say = progress or (lambda _msg: None)
     y = labels_of(held_out)

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import torch
 
-from agent.kaiops import CLASSES
+from agent.kaiops import CLASSES, EPOCHS
 from agent.kaiops.checkpoint import Trained
 from agent.kaiops.dataset import Task
 from agent.kaiops.encode import LineEncoder
@@ -57,7 +57,7 @@ def predict_proba(model: Kaiops, a: Arrays, table: torch.Tensor, batch: int = 51
     return np.concatenate(out) if out else np.zeros((0, len(CLASSES)))
 
 
-def train(tasks: list[Task], encoder: LineEncoder, *, epochs: int = 30, seed: int = 0, batch: int = 64,
+def train(tasks: list[Task], encoder: LineEncoder, *, epochs: int = EPOCHS, seed: int = 0, batch: int = 64,
           lr: float = 2e-3, use_logs: bool = True, use_metrics: bool = True, use_hosts: bool = True,
           dynamic_weights: bool = True, host_dropout: float = HOST_DROPOUT, log: bool = False,
           threads: int = 1) -> tuple[Trained, dict]:
