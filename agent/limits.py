@@ -73,6 +73,7 @@ def stop(limit: str, message: str) -> Stop:
 
 
 def add(spent: Spent, *, checks: int = 0, wall_s: float = 0.0, tokens: int = 0, steps: int = 0) -> Spent:
-    """A new Spent with the amounts added (the state is never mutated in place)."""
-    return {"checks": spent.get("checks", 0) + checks, "wall_s": round(spent.get("wall_s", 0.0) + wall_s, 3),
+    """A new Spent with the amounts added (the state is never mutated in place). Seconds are not rounded here:
+    rounding every step would count a run of sub-millisecond steps as no time at all."""
+    return {"checks": spent.get("checks", 0) + checks, "wall_s": spent.get("wall_s", 0.0) + wall_s,
             "tokens": spent.get("tokens", 0) + tokens, "steps": spent.get("steps", 0) + steps}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -68,8 +69,12 @@ def test_check_limit_stops_with_a_checkpointed_escalation_naming_the_limit(tmp_p
     assert events[-1]["event"] == "conclusion" and events[-1]["stopped"]["limit"] == "max_checks"
 
 
-def test_time_limit_stops_before_any_check(tmp_path: Path) -> None:
-    d = diagnoser(tmp_path, sim_host(tmp_path / "host"), max_wall_s=0.001)
+def test_time_limit_stops_before_any_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # every reading of the graph's clock is 10 ms later than the one before: the first node alone spends the
+    # 5 ms budget however fast this machine runs it
+    ticks = iter(range(1_000_000))
+    monkeypatch.setattr("agent.graph.build.time", SimpleNamespace(perf_counter=lambda: next(ticks) * 0.01))
+    d = diagnoser(tmp_path, sim_host(tmp_path / "host"), max_wall_s=0.005)
     ran: list[str] = []
     d.runner.on_result = executed(ran)
     report = d.run(Incident(text=ECC_TEXT))
