@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 from agent.cli.reveal_cmd import app
 from agent.incident import Incident
-from agent.reveal.tool import reveal_pretriage
+from agent.reveal.detect import SignalOut, WindowOut
+from agent.reveal.tool import labels_for, reveal_pretriage
 from agent.taxonomy import load_taxonomy
 from tests.test_reveal_detect import synthetic
 
@@ -32,7 +33,7 @@ def test_detect_json_shape(tmp_path: Path) -> None:
     data = json.loads(result.stdout)
     assert {"windows", "hosts", "skipped_columns"} <= set(data)
     assert data["skipped_columns"] == ["comment"]
-    window = data["windows"][0]
+    window = max(data["windows"], key=lambda w: w["score"])  # the network drop
     assert {"start", "end", "host", "subsystems", "signals", "score"} <= set(window)
     assert set(window["signals"][0]) == {"metric", "feature", "detector"}
     assert data["hosts"][0]["host"] == "h2"
@@ -69,3 +70,15 @@ def test_pretriage_tool(tmp_path: Path) -> None:
     assert "INTERCONNECT_NETWORKING" in result.priors
     broken = reveal_pretriage(Incident(text="x", attachments={"telemetry": str(tmp_path / "nope.csv")}))
     assert broken is not None and broken.status == "error"
+
+
+def test_priors_name_a_straggler_only_when_compute_is_off_its_peers() -> None:
+    def window(subsystem: str, metric: str, imbalance: bool) -> WindowOut:
+        signal = SignalOut(metric=metric, feature="mean", detector="zscore", z=9, subsystem=subsystem)
+        return WindowOut(start=0, end=3, host="h", subsystems=[subsystem], votes=2, score=0.5, imbalance=imbalance,
+                         signals=[signal])
+
+    assert labels_for(window("cpu", "cpu_busy_pct", True)) == ("GPU.PERFORMANCE.SLOW_GPU_STRAGGLER",)
+    assert labels_for(window("cpu", "cpu_busy_pct", False))[0] == "FRAMEWORK_LIBRARY.PYTORCH.DATALOADER_DEADLOCK"
+    assert labels_for(window("network", "tcp_retrans_c", True)) == ("INTERCONNECT_NETWORKING",)
+    assert labels_for(window("gpu", "gpu0_temp_c", True))[0] == "GPU.THERMAL.OVERHEATING_THROTTLE"

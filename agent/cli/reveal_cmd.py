@@ -80,6 +80,9 @@ def detect_cmd(
     console.print(f"{len(report.windows)} of {report.total_windows} windows anomalous "
                   f"({100 * report.anomalous_rate:.2f} %), {len(report.pruned)} metric(s) pruned as redundant, "
                   f"{report.duration_s:.2f} s")
+    if report.anchored:
+        console.print("error counters judged against their traffic: "
+                      + ", ".join(f"{c} ~ {t}" for c, t in report.anchored.items()))
     table = Table(title="hosts")
     for col in ("host", "anomalous / windows", "subsystems", "imbalance windows", "static imbalance"):
         table.add_column(col)

@@ -75,11 +75,11 @@ def subsystems_of(det: Detection, row: int, table: FeatureTable, subsystem: dict
     return [k for k, w in sorted(weight.items(), key=lambda kv: -kv[1]) if w >= SUBSYSTEM_SHARE * top]
 
 
-def is_imbalance(det: Detection, row: int, implicated: list[str]) -> bool:
-    """A straggler: the host is at least Z_FLOOR robust sigmas off its peers (the imbalance score) and the
-    window implicates two or more subsystems, as a host that is slow across the board does (runs hot, moves less
-    data). A fault of one subsystem on one host (a saturated CPU, a lossy link) is reported under it instead."""
-    return bool(det.flags.get(IMBALANCE, np.zeros(row + 1, dtype=bool))[row]) and len(implicated) >= 2
+def is_imbalance(det: Detection, row: int) -> bool:
+    """The host is off its peers in this window (the cross-host score over detectors.PEER_Z): a host-local
+    anomaly, such as a slow or throttled host, rather than a phase of the whole job. The subsystems say which
+    part of the host deviates."""
+    return bool(det.flags.get(IMBALANCE, np.zeros(row + 1, dtype=bool))[row])
 
 
 def static_imbalance(tel: Telemetry, metrics: list[MetricInfo]) -> list[dict[str, object]]:

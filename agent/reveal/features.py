@@ -15,7 +15,7 @@ DYNAMIC_FEATURES = ("mean", "std", "trend")
 SHAPE_FEATURES = ("skew", "acf1")  # need enough samples per window to mean anything
 MIN_SHAPE_SAMPLES = 8  # 100 ms sampling gives 30 per 3 s window; 1 s sampling gives 3, where both are noise
 COUNTER_FEATURES = ("sum", "max")
-RESIDUAL_FEATURE = "resid"  # a pruned metric's departure from what its representative predicts
+RESIDUAL_FEATURE = "resid"  # a metric's departure from what its predictor (representative, traffic) predicts
 CROSS_HOST_FEATURE = "xhost"  # window mean minus the median of the other hosts' window means
 MIN_HOSTS_FOR_CROSS = 3  # with two hosts a deviation is symmetric: it cannot say which host is off
 
@@ -40,11 +40,13 @@ def window_geometry(interval_s: float, window_s: float, stride_s: float) -> tupl
 
 
 def extract(tel: Telemetry, metrics: list[MetricInfo], window_s: float = 3.0, stride_s: float = 1.0,
-            pruned: dict[str, str] | None = None) -> FeatureTable:
-    """Features of `metrics`, plus for each pruned metric the window mean of its residual against the kept
-    representative: pruning drops the redundancy, the residual keeps a broken correlation visible (packets
-    flowing while bytes collapse is a retransmission storm, not "more of the same")."""
-    pruned = pruned or {}
+            pruned: dict[str, str] | None = None, anchored: dict[str, str] | None = None) -> FeatureTable:
+    """Features of `metrics`, plus the window mean of a residual for each pruned metric (against its kept
+    representative: a straight line in asinh space) and each anchored error counter (against its traffic: a
+    fixed rate per unit of traffic). Pruning drops the redundancy, the residual keeps a broken correlation visible
+    (packets flowing while bytes collapse, retransmissions rising while the traffic does not)."""
+    residuals = {**(pruned or {}), **(anchored or {})}
+    ratio = [metric in (anchored or {}) for metric in residuals]
     size, stride = window_geometry(tel.interval_s, window_s, stride_s)
     names = [m.name for m in tel.metrics]
     index = [names.index(m.name) for m in metrics]
@@ -53,13 +55,13 @@ def extract(tel: Telemetry, metrics: list[MetricInfo], window_s: float = 3.0, st
     if length < size:
         raise ValueError(f"the file spans {length * tel.interval_s:.1f} s, shorter than one {window_s:g} s window")
     # one common grid so that window k covers the same seconds on every host (needed by the cross-host features)
-    pairs = [(names.index(d), names.index(r)) for d, r in pruned.items()]
+    pairs = [(names.index(d), names.index(r)) for d, r in residuals.items()]
     grids = {}
     for host in tel.hosts:
         grid = np.full((length, len(index) + len(pairs)), np.nan)
         offset = round((tel.times[host][0] - origin) / tel.interval_s)
         raw = tel.values[host]
-        grid[offset:offset + len(tel.times[host])] = np.hstack([raw[:, index], _residuals(raw, pairs)])
+        grid[offset:offset + len(tel.times[host])] = np.hstack([raw[:, index], _residuals(raw, pairs, ratio)])
         # asinh: rates and sizes are multiplicative (a burst is 10x, not +10), asinh is log-like above 1 and
         # linear through 0, so a heavy-tailed throughput and a flat percentage get comparable spreads
         grids[host] = sliding_window_view(np.arcsinh(grid), size, axis=0)[::stride]  # (windows, metrics, size)
@@ -79,7 +81,7 @@ def extract(tel: Telemetry, metrics: list[MetricInfo], window_s: float = 3.0, st
             per_host[host].append(np.nanmean(win[:, resid, :], axis=2))
         columns += [(metrics[i].name, f) for f in DYNAMIC_FEATURES + (SHAPE_FEATURES if shape else ()) for i in dynamic]
         columns += [(metrics[i].name, f) for f in COUNTER_FEATURES for i in counters]
-        columns += [(dropped, RESIDUAL_FEATURE) for dropped in pruned]
+        columns += [(metric, RESIDUAL_FEATURE) for metric in residuals]
         if len(tel.hosts) >= MIN_HOSTS_FOR_CROSS and dynamic:
             means = np.stack([np.nanmean(grids[h][:, dynamic, :], axis=2) for h in tel.hosts])  # (hosts, windows, m)
             for k, host in enumerate(tel.hosts):
@@ -98,13 +100,21 @@ def extract(tel: Telemetry, metrics: list[MetricInfo], window_s: float = 3.0, st
                         all_starts[keep] + size * tel.interval_s, size, stride)
 
 
-def _residuals(raw: np.ndarray, pairs: list[tuple[int, int]]) -> np.ndarray:
-    """sinh of the least-squares residual of asinh(dropped) on asinh(kept), so that the asinh applied to every
-    grid column afterwards gives back the residual itself."""
+def _residuals(raw: np.ndarray, pairs: list[tuple[int, int]], ratio: list[bool]) -> np.ndarray:
+    """Per (metric, predictor) pair, sinh of the metric's residual in asinh space (so that the asinh applied to
+    every grid column afterwards gives back the residual itself): against the least-squares line on asinh of the
+    predictor, or for a ratio pair against the host's overall rate times the predictor (errors per packet: at
+    idle the expected count is near zero, so a few retransmissions a second stand out as they should)."""
     out = np.full((raw.shape[0], len(pairs)), np.nan)
     for k, (d, r) in enumerate(pairs):
-        y, x = np.arcsinh(raw[:, d]), np.arcsinh(raw[:, r])
+        y, x = raw[:, d], raw[:, r]
         ok = np.isfinite(x) & np.isfinite(y)
+        if ratio[k]:
+            traffic = np.sum(np.abs(x[ok]))
+            if traffic > 0:
+                out[:, k] = np.sinh(np.arcsinh(y) - np.arcsinh(np.sum(y[ok]) / traffic * np.abs(x)))
+            continue
+        y, x = np.arcsinh(y), np.arcsinh(x)
         if ok.sum() < 3 or np.ptp(x[ok]) == 0:
             continue
         slope, intercept = np.polyfit(x[ok], y[ok], 1)

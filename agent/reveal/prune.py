@@ -70,3 +70,38 @@ def prune(tel: Telemetry, threshold: float = THRESHOLD) -> tuple[list[MetricInfo
     keep_names = {tel.metrics[candidates[k]].name for k in kept}
     metrics = [m for m in tel.metrics if m.category != "dynamic" or m.name in keep_names]
     return metrics, dropped
+
+
+def anchors(tel: Telemetry, kept: list[MetricInfo], threshold: float = THRESHOLD) -> dict[str, str]:
+    """{error counter: the dynamic metric of its subsystem it tracks best, when |r| > threshold} (asinh scale,
+    each host centred, pooled). On a healthy host retransmissions and drops rise and fall with the traffic, so
+    their count alone is as bursty as the traffic; their residual against it (features.extract) is the loss rate,
+    which a lossy link raises whatever the traffic."""
+    names = [m.name for m in tel.metrics]
+    out: dict[str, str] = {}
+    for counter in (m for m in kept if m.category == "counter"):
+        c = names.index(counter.name)
+        best, best_r = "", threshold
+        for d, metric in enumerate(tel.metrics):
+            if metric.category != "dynamic" or metric.subsystem != counter.subsystem:
+                continue
+            r = abs(_pooled_r(tel, c, d))
+            if r > best_r:
+                best, best_r = metric.name, r
+        if best:
+            out[counter.name] = best
+    return out
+
+
+def _pooled_r(tel: Telemetry, a: int, b: int) -> float:
+    pairs = []
+    for host in tel.hosts:
+        block = np.arcsinh(tel.values[host][:, [a, b]])
+        block = block[np.all(np.isfinite(block), axis=1)]
+        if block.shape[0] >= 3:
+            pairs.append(block - block.mean(axis=0))
+    if not pairs:
+        return 0.0
+    x, y = np.vstack(pairs).T
+    spread = float(np.sqrt(np.sum(x * x) * np.sum(y * y)))
+    return float(np.sum(x * y)) / spread if spread > 0 else 0.0

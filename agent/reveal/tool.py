@@ -14,9 +14,9 @@ from agent.reveal import detect, frame
 from agent.reveal.detect import WindowOut
 from agent.taxonomy import load_taxonomy
 
-# (subsystem, regex over the window's metric names or "imbalance", labels); checked in order
+# (primary subsystem, regex over the window's metric names or "imbalance", labels); checked in order. A host whose
+# CPU is off its peers' is a straggler; a host-local network, memory or storage fault keeps its own labels.
 PRIOR_TABLE: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("*", "imbalance", ("GPU.PERFORMANCE.SLOW_GPU_STRAGGLER",)),
     ("gpu", r"temp|thermal|throttle", ("GPU.THERMAL.OVERHEATING_THROTTLE", "GPU.THERMAL")),
     ("gpu", r"power", ("GPU.POWER.PSU_INSUFFICIENT", "GPU.POWER")),
     ("gpu", r"ecc|retired|remap", ("GPU.MEMORY.UNCORRECTABLE_ECC", "GPU.MEMORY")),
@@ -26,6 +26,7 @@ PRIOR_TABLE: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("network", r".", ("INTERCONNECT_NETWORKING",)),
     ("memory", r".", ("OTHER.PLATFORM.HOST_MEMORY_FAULT", "USER_APPLICATION.CONFIG.BATCH_SIZE_OOM")),
     ("storage", r".", ("OTHER.STORAGE",)),
+    ("cpu", "imbalance", ("GPU.PERFORMANCE.SLOW_GPU_STRAGGLER",)),
     ("cpu", r".", ("FRAMEWORK_LIBRARY.PYTORCH.DATALOADER_DEADLOCK", "OTHER.PLATFORM.HOST_HARDWARE_FAULT")),
 )
 MAX_PRIOR = 0.6  # telemetry says where, not why: never as strong as a failing check
@@ -37,10 +38,9 @@ def labels_for(window: WindowOut) -> tuple[str, ...]:
     primary = window.subsystems[0]
     names = " ".join(s.metric.lower() for s in window.signals if s.subsystem == primary)
     for subsystem, pattern, labels in PRIOR_TABLE:
-        if subsystem == "*" and pattern == "imbalance":
-            if window.imbalance:
-                return labels
-        elif subsystem == primary and re.search(pattern, names):
+        if subsystem != primary:
+            continue
+        if window.imbalance if pattern == "imbalance" else re.search(pattern, names):
             return labels
     return ()
 
