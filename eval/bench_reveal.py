@@ -172,7 +172,7 @@ def main() -> None:
     parser.add_argument("--collector-s", type=float, default=60.0, help="collector run length at 1 s interval")
     parser.add_argument("--seed", type=int, default=20240601, help="segments, hosts and injections")
     parser.add_argument("--mode", choices=["reference", "self", "both"], default="self",
-                        help="reference: fitted on the rest of the clean run; self: the file's own top 1 %%")
+                        help="reference: fitted on the rest of the clean run; self: the file's own strongest 1 %%")
     parser.add_argument("--skip", nargs="*", default=[],
                         choices=["false-positives", "injected", "speed", "collector", "preflight"])
     parser.add_argument("--out", type=Path, default=ROOT / "eval" / "results" / "reveal.md")

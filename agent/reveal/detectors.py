@@ -257,7 +257,7 @@ def persistent(scores: np.ndarray, hosts: np.ndarray, span: int = PERSISTENCE) -
 def _decide(base: Baseline, z: np.ndarray, hosts: np.ndarray, scored: list[tuple[Model, dict[str, np.ndarray]]],
             min_votes: int, cap_percent: float | None) -> Detection:
     """Each row is judged by the model that flags it hardest (most votes, then strength); in self mode at most
-    cap_percent of the rows, the strongest, are anomalous."""
+    cap_percent of the rows are anomalous, in _fair_order."""
     rows = z.shape[0]
     # each detector's excess over its typical score in units of the typical-to-threshold distance (> 1: past the
     # threshold): the forest's scores barely rise above its threshold while a distance rises far above its, so a
