@@ -107,11 +107,11 @@ def run(source: Source, hosts: list[str] | None = None, window_s: float = 3.0, s
     ref = _telemetry(reference, hosts) if reference is not None else None
     table, ref_table, dropped, anchored = _tables(tel, ref, window_s, stride_s, prune_threshold)
     cross = np.array([f == features.CROSS_HOST_FEATURE for _, f in table.columns], dtype=bool)
+    subsystem = {m.name: m.subsystem for m in tel.metrics}
+    groups = np.array([subsystem.get(metric, "other") for metric, _ in table.columns])
     # one BLAS thread: the matrices are hundreds of windows by a few hundred features, where thread start-up and
     # contention with the workload on the host cost more than they save (a 4-host 60 s file on 2 cores: 0.44 s ->
     # 0.26 s idle, 0.92 s -> 0.52 s with other jobs running)
-    subsystem = {m.name: m.subsystem for m in tel.metrics}
-    groups = np.array([subsystem.get(metric, "other") for metric, _ in table.columns])
     with threadpool_limits(limits=1):
         if ref_table is None:
             det = detectors.detect(table.values, table.hosts, cross, groups, min_votes)
