@@ -8,7 +8,7 @@ BENCH_OUT ?= eval/results/diagnosis
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: install test-services sshd chromium postgres test test-llm lint demo bench eval clean bench-diagnosis bench-l4 bench-reveal \
-	bench-kaiops bench-history bench-server
+	bench-kaiops bench-history bench-server bench-hosts
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,9 +49,14 @@ test-llm: install test-services
 demo: install
 	$(BIN)/aidai demo
 
-bench: install bench-diagnosis bench-l4 bench-reveal bench-kaiops bench-history bench-server
+bench: install bench-diagnosis bench-hosts bench-l4 bench-reveal bench-kaiops bench-history bench-server
 	$(BIN)/python -m eval.bench_checks
 	$(BIN)/python -m eval.bench_safety
+
+# Real hosts: `aidai diagnose --host local` on every dev incident text on this machine, unreachable hosts, and every
+# shipped profile healthy (nothing may be confirmed) and faulty (the right leaf). Tables in eval/results/hosts.md.
+bench-hosts: install
+	$(BIN)/python -m eval.bench_hosts --incidents $(DEV_INCIDENTS) --out eval/results/hosts.md
 
 # L4 log localizer: throughput vs plain Drain3, Loghub grouping accuracy (research-only data, read in place),
 # 200 simulated faulty jobs, broken files. Tables in eval/results/l4.md.

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agent.graph.state import load_judgements, load_results
+from agent.inventory import Expectations
 from agent.models import CheckResult, ToolResult
 from agent.reasoning.base import ExplorationHypothesis, LeafJudgement, PastIncident, Usage
 from agent.taxonomy import Taxonomy
@@ -38,6 +39,7 @@ class Report(BaseModel):
     incident: str = ""
     environment: str = ""
     hosts: list[str] = Field(default_factory=list)
+    inventory: list[Expectations] = Field(default_factory=list)  # per host: what it is, what it was judged by
     path: list[PathStep] = Field(default_factory=list)
     hypotheses: list[LeafJudgement] = Field(default_factory=list)  # every leaf tested, with its verdict
     results: list[CheckResult] = Field(default_factory=list)  # every check run, one per (host, check)
@@ -63,7 +65,8 @@ class Report(BaseModel):
                 "path": [f"{s.node}:{s.action}" for s in self.path if s.action not in ("rank", "start")],
                 "checks_run": self.checks_run, "check_seconds": round(self.check_seconds, 3),
                 "llm_calls": self.llm_calls, "tokens": self.tokens}
-        return head | {"run_id": self.run_id, "details": self.model_dump(mode="json", exclude={"incident"})}
+        return head | {"run_id": self.run_id, "details": self.model_dump(mode="json", exclude={"incident"})
+                       | {"could_not_check": {e.host: e.cannot_check for e in self.inventory if e.cannot_check}}}
 
 
 def _evidence_lines(judgement: LeafJudgement, results: list[CheckResult]) -> list[str]:
@@ -91,12 +94,13 @@ def build_report(run_id: str, state: dict[str, Any], taxonomy: Taxonomy, *, usag
                                 severity=node.severity, runbook=node.runbook))
     summary = state.get("summary") or {}
     incident = state.get("incident") or {}
-    hosts = sorted({r.host for r in results})
+    hosts = sorted({r.host for r in results} | set(state.get("inventory", {})))
     usage = usage or Usage()
     return Report(
         run_id=run_id, resolved=bool(conclusion.get("resolved")), pipeline=int(conclusion.get("pipeline", 0)),
         root_causes=causes, explanation=str(conclusion.get("explanation", "")), title=summary.get("title", ""),
         incident=incident.get("text", ""), environment=incident.get("environment", ""), hosts=hosts,
+        inventory=[Expectations.model_validate(saved["expectations"]) for saved in state.get("inventory", {}).values()],
         path=[PathStep.model_validate(step) for step in state.get("path", [])],
         hypotheses=load_judgements(state),  # type: ignore[arg-type]
         results=results, similar=[PastIncident.model_validate(p) for p in state.get("similar", [])],

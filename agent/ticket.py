@@ -23,8 +23,9 @@ MAX_FINDINGS = 5
 def ticket_data(report: Report, hostnames: list[str] | None = None, redactor: Redactor | None = None,
                 ) -> dict[str, Any]:
     redactor = redactor or Redactor([*(hostnames or []), *report.hosts])
-    redactor.hostnames = sorted({*redactor.hostnames, *(h for h in [*(hostnames or []), *report.hosts]
-                                                         if h not in ("local", "localhost"))}, key=len, reverse=True)
+    named = [*(hostnames or []), *report.hosts, *(e.hostname for e in report.inventory if e.hostname)]
+    redactor.hostnames = sorted({*redactor.hostnames, *(h for h in named if h not in ("local", "localhost"))},
+                                key=len, reverse=True)
     status = "resolved" if report.resolved else "escalated"
     data = {
         "run_id": report.run_id,
@@ -33,6 +34,8 @@ def ticket_data(report: Report, hostnames: list[str] | None = None, redactor: Re
         "incident": report.incident,
         "environment": report.environment,
         "hosts": report.hosts,
+        # what each host is and what it was judged by; the hosts nothing could be checked on, and why
+        "host_inventory": [e.model_dump(mode="json", exclude={"values"}) for e in report.inventory],
         "root_causes": [c.model_dump(mode="json") for c in report.root_causes],
         "conclusion": report.explanation,
         "hypotheses_tested": [{"label": j.label, "status": j.status, "confidence": j.confidence, "why": j.why}
@@ -64,10 +67,24 @@ def _md_escape(text: str) -> str:
 
 
 def render_markdown(data: dict[str, Any]) -> str:
+    inventory = data.get("host_inventory") or []
+    unchecked = {h["host"] for h in inventory if h["cannot_check"]}
+    checked = [h for h in data["hosts"] if h not in unchecked]
     out = [f"# aidai escalation ticket: {data['summary'] or 'unresolved incident'}", "",
            f"- **Status:** {data['status']}", f"- **Run:** `{data['run_id']}`",
            f"- **Environment:** {data['environment'] or 'not given'}",
-           f"- **Hosts checked:** {', '.join(data['hosts']) or 'none'}", ""]
+           f"- **Hosts checked:** {', '.join(checked) or 'none'}"
+           + (f" (could not check: {', '.join(sorted(unchecked))})" if unchecked else ""), ""]
+    if inventory:
+        out += ["## Hosts", ""]
+        for host in inventory:
+            if host["cannot_check"]:
+                out.append(f"- **could not check {host['host']}**: {_md_escape(host['cannot_check'])}")
+                continue
+            used = f"profile {host['profile']}" if host["profile"] else "expectations derived from the host"
+            out.append(f"- **{host['host']}**: {_md_escape(host['inventory'])}; judged by {used} "
+                       f"({_md_escape(host['why'])})")
+        out.append("")
     if data.get("stopped"):
         out += [f"> **Investigation stopped** ({data['stopped']['limit']}): {data['stopped']['message']}", ""]
     out += ["## Incident", "", "```",
@@ -80,8 +97,12 @@ def render_markdown(data: dict[str, Any]) -> str:
             out += [f"   - evidence: `{line}`" for line in cause["evidence"]]
         out += ["", data["conclusion"], ""]
     else:
-        out += ["## No root cause confirmed", "", "The checks below ran and none confirmed a known cause; "
-                "the provider needs to look at what they could not see.", ""]
+        out += ["## No root cause confirmed", ""]
+        out += ["The checks below ran and none confirmed a known cause; the provider needs to look at what they "
+                "could not see.", ""] if data["checks"] else [data["conclusion"], ""]
+    if not data["checks"] and not data["hypotheses_tested"]:  # nothing ran: no empty tables to read through
+        out += ["## Checks run", "", "None: no host could be checked."]
+        return _tail(data, out)
     out += ["## Hypotheses tested", "", "| hypothesis | verdict | confidence | why |", "|---|---|---|---|"]
     out += [f"| {h['label']} | {h['status']} | {h['confidence']:.2f} | {_md_escape(h['why'])} |"
             for h in data["hypotheses_tested"]]
@@ -101,6 +122,11 @@ def render_markdown(data: dict[str, Any]) -> str:
         out += ["", "<details><summary>commands</summary>", "", "```"]
         out += [f"# {check}: {cmd}" for check, cmd in dict.fromkeys(commands)]
         out += ["```", "</details>"]
+    return _tail(data, out)
+
+
+def _tail(data: dict[str, Any], out: list[str]) -> str:
+    """Pre-triage, similar incidents, next steps, the customer's words and the redaction note."""
     if data["pretriage"]:
         out += ["", "## Pre-triage", ""]
         for tool in data["pretriage"]:

@@ -14,6 +14,7 @@ from agent.checks.runner import CheckRunner
 from agent.executors.hosts import HostSpecError, SshOptions, executors_for, parse_ssh
 from agent.executors.local import LocalExecutor
 from agent.executors.ssh import SshExecutor, SshTarget
+from agent.inventory import HostInventory, PciGpu
 from agent.models import Verdict
 from agent.paths import SCRIPTS_DIR
 from agent.sim.scenario import create_scenario
@@ -119,8 +120,16 @@ def test_cache_and_approval(scenario: Path, manifest: Manifest) -> None:
         assert result.verdict == Verdict.UNKNOWN and "--approve-active" in result.reason
 
 
+def gpu_box(runner: CheckRunner, host: str = "local") -> CheckRunner:
+    """These tests are about the runner, the executors and scripts, not the host: take this machine for a GPU node
+    (its real inventory would say it cannot be checked, and nothing would run)."""
+    runner.adopt(HostInventory(host=host, pci_source="sysfs", driver_loaded=True,
+                               gpus_pci=[PciGpu(bus_id="0000:18:00.0", device_id="2330")]))
+    return runner
+
+
 def test_bad_script_output_is_unknown(manifest: Manifest) -> None:
-    runner = CheckRunner([LocalExecutor()], manifest=manifest)
+    runner = gpu_box(CheckRunner([LocalExecutor()], manifest=manifest))
     garbage, mislabelled = runner.run(["garbage", "mislabelled"])
     assert garbage.verdict == Verdict.UNKNOWN and "evidence object" in garbage.reason
     assert mislabelled.verdict == Verdict.UNKNOWN and "other_name" in mislabelled.reason
@@ -128,7 +137,7 @@ def test_bad_script_output_is_unknown(manifest: Manifest) -> None:
 
 def test_local_hung_script_times_out(manifest: Manifest) -> None:
     start = time.monotonic()
-    result = CheckRunner([LocalExecutor()], manifest=manifest).run(["hang"])[0]
+    result = gpu_box(CheckRunner([LocalExecutor()], manifest=manifest)).run(["hang"])[0]
     assert time.monotonic() - start < 10
     assert result.verdict == Verdict.UNKNOWN and "timed out" in result.reason
 
@@ -186,7 +195,7 @@ def test_ssh_unknown_host_key_needs_explicit_trust(sshd: Sshd, manifest: Manifes
     assert refused.verdict == Verdict.UNKNOWN and "--trust-new-host-keys" in refused.reason
     trusting = SshExecutor(ssh_target(sshd, known, trust_new_host_keys=True))
     try:
-        accepted = CheckRunner([trusting], manifest=manifest).run(["probe_modules"])[0]
+        accepted = gpu_box(CheckRunner([trusting], manifest=manifest), trusting.name).run(["probe_modules"])[0]
     finally:
         trusting.close()
     assert accepted.verdict != Verdict.UNKNOWN or "lsmod" in accepted.reason
@@ -209,7 +218,7 @@ def test_ssh_hung_script_is_unknown_within_timeout(sshd: Sshd, manifest: Manifes
     executor = SshExecutor(ssh_target(sshd, sshd.known_hosts(tmp_path / "known_hosts")))
     start = time.monotonic()
     try:
-        result = CheckRunner([executor], manifest=manifest).run(["hang"])[0]
+        result = gpu_box(CheckRunner([executor], manifest=manifest), executor.name).run(["hang"])[0]
     finally:
         executor.close()
     assert time.monotonic() - start < 15

@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 
+from agent.checks.manifest import profile
 from tests.conftest import FakeTools, fixture_text, run_script
 
 ISOLATED = ("nvidia-smi", "lspci", "dcgmi", "nvbandwidth", "journalctl", "dmesg", "lsmod", "modinfo", "systemctl",
             "nv-fabricmanager")
+H100 = profile("H100-SXM-8")
 A100 = {"nvlink_links": 12, "nvlink_link_gbps": 25.0, "topo_nvlink": "NV12", "gpu_name": "NVIDIA A100-SXM4-80GB"}
 ALL_TIME = {"window_s": 0}
 
@@ -45,7 +47,10 @@ def by_args(fake: FakeTools, name: str, cases: dict[str, str], default: str = ""
 
 
 def check(fake: FakeTools, script: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-    return run_script(f"{script}.py", fake.env(), params or {})
+    """Run on the H100-SXM-8 expectations, which the fixtures come from; a test's profile overrides some of them."""
+    params = dict(params or {})
+    params["profile"] = {**H100, **params.get("profile", {})}
+    return run_script(f"{script}.py", fake.env(), params)
 
 
 def ids(result: dict[str, Any], severity: str | None = None) -> set[tuple[str, str]]:

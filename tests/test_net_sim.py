@@ -116,9 +116,11 @@ def test_bad_fault_params_are_errors(tmp_path: Path, fault: dict[str, Any], mess
 @pytest.mark.parametrize("prof", sorted(load_profiles()))
 def test_healthy_host_passes_every_network_check(tmp_path: Path, prof: str) -> None:
     env = sim_host_env(tmp_path / "s", profile=prof)
+    # a host without RDMA NICs cannot show what the RDMA checks look at: they answer UNKNOWN, never FAIL
+    allowed = {"PASS"} if profile(prof)["hca_count"] else {"PASS", "UNKNOWN"}
     for check in PASSIVE:
         result = run(env, check, prof)
-        assert result["verdict"] == "PASS", (check, result["summary"])
+        assert result["verdict"] in allowed, (check, result["summary"])
 
 
 @pytest.mark.parametrize("nid", ["noise.ib_symbol_errors", "noise.mlx5_power_msg", "noise.nccl_benign_warn"])

@@ -4,9 +4,12 @@ Shipped next to every script (the executor uploads both), so a script stays pyth
 runs unchanged on a customer node, over SSH, or against a simulated host. Python >= 3.8.
 
 A script reads its parameters as one JSON object on stdin (profile thresholds, time window, host
-name); with nothing on stdin it uses the defaults of the H100-SXM-8 profile it was written for.
+name). Every profile value may be null: this host has no expectation for it, and a check compares
+nothing against it. With nothing on stdin every expectation is null (no SKU is assumed).
 It prints exactly one JSON evidence object and exits 0; verdict rules:
-FAIL confirms, PASS rejects, WARN is weak evidence, UNKNOWN means the check could not decide.
+FAIL confirms, PASS rejects, WARN is weak evidence, UNKNOWN means the check could not decide. A tool
+that is missing or cannot run here (no systemd, no permission, no driver stack) is an UNKNOWN, never
+evidence of a fault.
 """
 
 import csv
@@ -25,28 +28,25 @@ NA_VALUES = {"", "N/A", "[N/A]", "[Not Supported]", "Not Supported", "[Unknown E
 SEVERITY_RANK = {"PASS": 0, "INFO": 0, "WARN": 2, "FAIL": 3}
 RAW_LIMIT = 4096
 
-DEFAULT_PROFILE = {
-    "name": "H100-SXM-8",
-    "gpu_count": 8,
-    "gpu_name": "NVIDIA H100 80GB HBM3",
-    "nvswitch": True,
-    "nvlink_links": 18,
-    "nvlink_link_gbps": 26.562,
-    "topo_nvlink": "NV18",
-    "pcie_gen": 5,
-    "pcie_width": 16,
-    "temp_limit_c": 85,
-    "hca_count": 8,
-    "ib_rate": 400,
-    "ib_mtu": 4096,
-    "h2d_gbps": 48.0,
-    "p2p_gbps": 335.0,
-    "nccl_intranode_busbw": 460.0,
-    "nccl_internode_busbw": 150.0,
-    "ib_write_bw_gbps": 380.0,
-    "gemm_tflops": 600.0,
-    "straggler_ratio": 0.9,
-}
+# the keys a profile carries; run by hand (no params) a script expects nothing of the host
+PROFILE_KEYS = ("name", "gpu_count", "gpu_name", "pci_device_id", "memory_mib", "compute_capability", "nvswitch",
+                "nvlink_links", "nvlink_link_gbps", "topo_nvlink", "pcie_gen", "pcie_width", "temp_limit_c",
+                "power_limit_w", "max_sm_clock_mhz", "hca_count", "ib_rate", "ib_mtu", "link_layer", "h2d_gbps",
+                "p2p_gbps", "nccl_intranode_busbw", "nccl_internode_busbw", "ib_write_bw_gbps", "gemm_tflops",
+                "straggler_ratio")
+DEFAULT_PROFILE = dict((key, None) for key in PROFILE_KEYS)
+# what a tool prints when it cannot run on this host or may not look: it says nothing about the host itself
+REFUSAL_RE = re.compile("|".join([
+    r"System has not been booted with systemd", r"Failed to connect to bus", r"Can't operate",
+    r"Operation not permitted", r"Permission denied", r"Insufficient Permissions", r"insufficient permissions",
+    r"No journal files were (?:found|opened)", r"read kernel buffer failed",
+    r"pcilib: Cannot open", r"Cannot find any working access method",
+    r"can't init UMAD library", r"umad_init failed", r"Failed to get IB devices list",
+    r"unable to establish a connection to the specified host", r"Unable to connect to host engine",
+    r"Could not open device at /dev/ipmi", r"Cannot connect to the Docker daemon",
+    r"connect to the Docker daemon socket", r"must be (?:run as )?root", r"requires root",
+    r"need(?:s)? to be root", r"Access denied",
+]), re.IGNORECASE)
 
 
 class Cmd(object):
@@ -69,6 +69,29 @@ class Cmd(object):
     def text(self):
         return self.out + ("\n" + self.err if self.err else "")
 
+    @property
+    def refused(self):
+        """The tool ran but could not look: no systemd, no permission, no driver stack, no daemon to ask.
+
+        A refusal with exit 0 counts only when there is no data beside it (journalctl prints its notices
+        and exits 0 with nothing but "-- No entries --")."""
+        if self.missing or self.timed_out or not self.refusal():
+            return False
+        data = [line for line in self.out.splitlines() if line.strip() and not line.startswith("-- ")]
+        return self.rc != 0 or not data
+
+    @property
+    def unusable(self):
+        """No answer about the host at all: the tool is missing or refused to look."""
+        return self.missing or self.refused
+
+    def refusal(self):
+        """The line in which the tool says it cannot run or may not look, or ''."""
+        for line in self.text.splitlines():
+            if REFUSAL_RE.search(line):
+                return line.strip()[:300]
+        return ""
+
     def why(self):
         """Short reason this command gave no usable output."""
         name = self.argv[0]
@@ -76,6 +99,8 @@ class Cmd(object):
             return "%s not found" % name
         if self.timed_out:
             return "%s timed out" % name
+        if self.refused:
+            return "%s cannot run here: %s" % (name, self.refusal())
         return "%s exited %s: %s" % (name, self.rc, first_line(self.err or self.out))
 
 
@@ -87,7 +112,8 @@ class Check(object):
         self.started = time.time()
         self.params = _read_params()
         profile = dict(DEFAULT_PROFILE)
-        profile.update(self.params.get("profile") or {})
+        given = self.params.get("profile")
+        profile.update(given if isinstance(given, dict) else {})
         self.profile = profile
         self.host = self.params.get("host") or os.uname()[1]
         self.sysroot = os.environ.get("AIDAI_SYSROOT", "/")
@@ -96,6 +122,29 @@ class Check(object):
         self.cmds = []
         self.raw = []
         self.targets = []
+
+    # ---- expectations ---------------------------------------------------------------------
+    def expect(self, key, kind=float):
+        """The profile's expectation `key` as `kind` (float, int, bool, str), or None when this host has none.
+
+        Zero and False are expectations ("no RDMA NIC", "no NVLink", "no NVSwitch"); null, absent and
+        unparseable values are not."""
+        value = self.profile.get(key)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        if kind is bool:
+            return value if isinstance(value, bool) else to_bool(str(value))
+        if kind is str:
+            return str(value).strip()
+        try:
+            return kind(float(value)) if kind is int else kind(value)
+        except (TypeError, ValueError):
+            return None
+
+    def no_expectation(self, *keys, **kw):
+        """Stop with UNKNOWN: what the check saw has nothing to be compared with on this host."""
+        seen = kw.get("seen")
+        self.unknown("%sno expectation for %s on this host" % (seen + "; " if seen else "", " / ".join(keys)))
 
     # ---- evidence sources -------------------------------------------------------------
     def run(self, argv, timeout=30, env=None):

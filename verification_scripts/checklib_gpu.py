@@ -3,7 +3,7 @@ nvbandwidth output. Shipped with checklib.py; python3 stdlib only (>= 3.8)."""
 
 import re
 
-from checklib import parse_query_csv, to_int
+from checklib import first_line, parse_query_csv, to_int
 
 # ---- GPU helpers (shared by the GPU checks) -----------------------------------------------------------
 BDF_RE = re.compile(r"(?:([0-9a-fA-F]{4,8}):)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.([0-7]))?")
@@ -45,6 +45,60 @@ def gpu_index_map(check):
     return {}, None
 
 
+def nvidia_pci_gpus(check):
+    """NVIDIA display/3D controllers in /sys/bus/pci/devices (no tool needed), or None when the bus is not
+    readable here."""
+    devices = check.listdir("/sys/bus/pci/devices")
+    if not devices:
+        return None
+    found = []
+    for dev in devices:
+        base = "/sys/bus/pci/devices/" + dev
+        vendor = (check.read(base + "/vendor") or "").strip().lower()
+        klass = (check.read(base + "/class") or "").strip().lower()
+        if vendor == "0x10de" and klass.startswith("0x03"):
+            found.append(dev)
+    return found
+
+
+def gpus_expected(check):
+    """Whether this host should have NVIDIA GPUs: the profile's gpu_count, else what the PCI bus shows;
+    None when neither says."""
+    count = check.expect("gpu_count", int)
+    if count is not None:
+        return count > 0
+    seen = nvidia_pci_gpus(check)
+    return None if seen is None else bool(seen)
+
+
+def local_gpu_count(check):
+    """(GPUs to run a test on, None) from params gpus, the profile or `nvidia-smi -L`; (None, why) when none says."""
+    given = to_int(str(check.params.get("gpus") or ""))
+    if given:
+        return given, None
+    expected = check.expect("gpu_count", int)
+    if expected:
+        return expected, None
+    cmd = check.run(["nvidia-smi", "-L"])
+    listed = len(re.findall(r"^GPU \d+:", cmd.out, re.MULTILINE))
+    if listed:
+        return listed, None
+    return None, "no expectation for gpu_count on this host and nvidia-smi -L lists no GPU (%s)" % (
+        nvsmi_error(cmd) or cmd.why())
+
+
+UNIT_STATES = ("active", "inactive", "failed", "activating", "deactivating", "reloading", "maintenance", "refreshing")
+
+
+def service_state(cmd):
+    """The unit state `systemctl is-active` printed, or None when systemctl could not tell (missing, no systemd,
+    no permission, or an answer that is not a state)."""
+    if cmd.unusable or cmd.timed_out:
+        return None
+    state = first_line(cmd.out)
+    return state if state in UNIT_STATES else None
+
+
 # (finding id, substring of the CUDA/torch error text, severity)
 CUDA_ERROR_KINDS = [
     ("ecc_uncorrectable", "uncorrectable ECC error", "FAIL"),
@@ -80,7 +134,7 @@ def classify_cuda_error(text):
 
 def nvsmi_error(cmd):
     """Why an nvidia-smi call gave no usable output (driver errors quoted as printed), or None."""
-    if cmd.missing or cmd.timed_out:
+    if cmd.missing or cmd.timed_out or cmd.refused:
         return cmd.why()
     for line in cmd.text.splitlines():
         if "Failed to initialize NVML" in line or "couldn't communicate with the NVIDIA driver" in line \

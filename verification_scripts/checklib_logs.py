@@ -4,7 +4,7 @@ line in any common format. Shipped with checklib.py; python3 stdlib only (>= 3.8
 import re
 import time
 
-from checklib import to_float
+from checklib import first_line, to_float
 
 
 def kernel_log(check, since_epoch=None):
@@ -17,9 +17,9 @@ def kernel_log(check, since_epoch=None):
         since_epoch = time.time() - float(check.params.get("window_s", 7200))
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since_epoch))
     cmd = check.run(["journalctl", "-k", "--no-pager", "-o", "short-iso", "--since", since], timeout=60)
-    if cmd.ok and "No journal files" not in cmd.text:
+    if journal_readable(cmd):
         return [(iso_epoch(line), line) for line in cmd.out.splitlines() if line.strip()], "journalctl -k"
-    reasons = [cmd.why()]
+    reasons = [journal_why(cmd)]
     cmd = check.run(["dmesg", "--time-format", "iso"], timeout=60)
     if cmd.ok:
         lines = [(iso_epoch(line), line) for line in cmd.out.splitlines() if line.strip()]
@@ -31,6 +31,26 @@ def kernel_log(check, since_epoch=None):
             return [(None, line) for line in text.splitlines() if line.strip()], path
     reasons.append("no readable kern.log/syslog/messages")
     return None, "; ".join(reasons)
+
+
+# journalctl run without the adm/systemd-journal group shows only the caller's own messages: an empty kernel
+# log then means "hidden", not "quiet"
+JOURNAL_HIDDEN = ("No journal files", "not seeing messages from other users and the system")
+
+
+def journal_readable(cmd):
+    """journalctl answered with the system's journal (possibly empty), not a refusal or a partial view."""
+    return cmd.ok and not cmd.refused and not any(text in cmd.text for text in JOURNAL_HIDDEN)
+
+
+def journal_why(cmd):
+    """Why journalctl's answer is not the system journal."""
+    if not cmd.ok or cmd.refused:
+        return cmd.why()
+    hint = next((line.strip() for line in cmd.text.splitlines() if any(t in line for t in JOURNAL_HIDDEN)), "")
+    if hint:
+        return "journalctl cannot show the system journal: %s" % hint
+    return "journalctl gave no dated lines (%s)" % (first_line(cmd.out) or "empty answer")
 
 
 ISO_RE = re.compile(r"^(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2}:\d{2})(?:[.,]\d+)?([+-]\d{2}:?\d{2}|Z)?")

@@ -39,6 +39,16 @@ def rdma_ports(check):
     return ports
 
 
+def no_rdma_expected(check):
+    """True when this host has no RDMA NIC and none is expected: hca_count 0, and a readable sysfs (interfaces in
+    /sys/class/net) shows nothing in /sys/class/infiniband. Checks of the RDMA stack then have nothing to judge."""
+    return (check.expect("hca_count", int) == 0 and not check.listdir(IB_CLASS)
+            and bool(check.listdir("/sys/class/net")))
+
+
+NO_RDMA = "no RDMA device on this host and none expected"
+
+
 def port_gid(check, dev, port, index):
     """(gid, type) of one GID table slot; gid None when the slot is absent or all zeros."""
     base = "%s/%s/ports/%s/" % (IB_CLASS, dev, port)

@@ -9,6 +9,7 @@ failed finding central directory") or legacy pickles ("invalid load key"). Read 
 largest file is measured on up to 256 MiB.
 """
 
+import errno
 import json
 import os
 import struct
@@ -103,7 +104,7 @@ def throughput(check, biggest):
     if done >= MIN_SAMPLE:
         mbps = done / seconds / 1e6
         check.metrics["read_mbps"] = round(mbps, 1)
-        if mbps < float(check.profile.get("checkpoint_read_mbps", MIN_MBPS)):
+        if mbps < (check.expect("checkpoint_read_mbps") or MIN_MBPS):
             check.warn("slow_storage", os.path.basename(biggest), "checkpoint storage reads at %.0f MB/s" % mbps)
 
 
@@ -112,9 +113,17 @@ def body(check):
     if not root:
         check.unknown("no checkpoint directory given (params checkpoint_dir)")
     base = check.path(root)  # the user's path, under the system root on a simulated host
+    try:
+        os.stat(base)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+            # a directory we may not enter is not a missing one
+            check.unknown("cannot look at %s: %s" % (root, exc.strerror or exc))
     if not os.path.isdir(base):
         check.fail("checkpoint_missing", root, "checkpoint directory %s does not exist" % root)
         check.finish()
+    if not os.access(base, os.R_OK | os.X_OK):
+        check.unknown("cannot list %s: permission denied" % root)
     files = list_files(base)
     weights = [f for f in files if f.endswith(WEIGHT_EXT)]
     check.metrics["files"] = len(files)
@@ -123,12 +132,16 @@ def body(check):
     if not weights:
         check.fail("no_weights", root, "no weight files (%s) in %s" % (", ".join(WEIGHT_EXT), root))
         check.finish()
-    bad = 0
+    bad, unreadable = 0, []
     for path in weights:
         name = os.path.relpath(path, base)
-        size = os.path.getsize(path)
-        with open(path, "rb") as handle:
-            head = handle.read(64)
+        try:
+            size = os.path.getsize(path)
+            with open(path, "rb") as handle:
+                head = handle.read(64)
+        except OSError as exc:
+            unreadable.append("%s (%s)" % (name, exc.strerror or exc))
+            continue
         if size == 0:
             error, detail = "empty file", "0 bytes"
         elif head.startswith(b"version https://git-lfs"):
@@ -142,7 +155,14 @@ def body(check):
             check.fail("shard_unreadable", name, "%s: %s (%s)" % (name, error, detail),
                        head.split(b"\n")[0].decode("latin-1", "replace"))
     check.metrics["unreadable"] = bad
-    throughput(check, max(weights, key=os.path.getsize))
+    if unreadable and not bad:
+        check.unknown("cannot read %d of %d weight files: %s" % (len(unreadable), len(weights),
+                                                                 ", ".join(unreadable[:3])))
+    for item in unreadable:
+        check.info("not_checked", item.split(" (")[0], "could not read %s" % item)
+    readable = [w for w in weights if os.access(w, os.R_OK)]
+    if readable:
+        throughput(check, max(readable, key=os.path.getsize))
     check.finish("%d weight files readable in %s" % (len(weights), root))
 
 

@@ -14,6 +14,7 @@ import shutil
 import time
 
 import checklib
+import checklib_gpu
 from checklib import known_bad_entry, vkey
 
 NVIDIA_MAJOR = "195"  # char major of /dev/nvidia0.. and /dev/nvidiactl
@@ -29,8 +30,15 @@ def check_inside(check, unchecked):
     nodes = [n for n in check.listdir("/dev") if n.startswith("nvidia")]
     check.metrics["dev_nvidia"] = len(nodes)
     if not nodes:
-        check.fail("runtime_not_configured", "container", "no /dev/nvidia* device nodes in the container: it was "
-                   "started without the nvidia runtime (--gpus / --runtime=nvidia)")
+        wanted = checklib_gpu.gpus_expected(check)
+        if wanted:
+            check.fail("runtime_not_configured", "container", "no /dev/nvidia* device nodes in the container: it "
+                       "was started without the nvidia runtime (--gpus / --runtime=nvidia)")
+        elif wanted is False:
+            check.info("no_gpu", "container", "no /dev/nvidia* device nodes, and this host has no NVIDIA GPU")
+        else:
+            unchecked.append("GPU access (no /dev/nvidia* in the container, but no expectation for gpu_count on this "
+                             "host and no NVIDIA GPU seen on the PCI bus)")
         return
     devices = check.read("/sys/fs/cgroup/devices/devices.list")
     if devices is not None:
@@ -86,14 +94,17 @@ def refusal(line):
 
 
 def check_host(check, unchecked):
+    wanted = checklib_gpu.gpus_expected(check)
     docker = check.run(["docker", "--version"], timeout=20)
     if docker.missing:
         containerd = check.read("/etc/containerd/config.toml")
         if containerd is None:
-            check.info("no_docker", "host", "neither docker nor containerd is configured on this host")
-        elif "nvidia" not in containerd:
+            unchecked.append("the container runtime (neither docker nor containerd is configured on this host)")
+        elif "nvidia" not in containerd and wanted:
             # Kubernetes nodes run GPU pods through containerd's nvidia runtime handler
             check.warn("runtime_not_configured", "containerd", "/etc/containerd/config.toml has no nvidia runtime")
+        elif "nvidia" not in containerd:
+            unchecked.append("containerd's runtimes (no nvidia runtime, but %s)" % no_gpu_reason(wanted))
         return
     names, source = docker_runtimes(check)
     hook = bool(shutil.which("nvidia-container-runtime-hook") or shutil.which("nvidia-ctk"))
@@ -102,7 +113,10 @@ def check_host(check, unchecked):
         unchecked.append("docker runtimes (%s)" % source)
     else:
         check.metrics["docker_runtimes"] = names
-        if "nvidia" not in names:
+        if "nvidia" not in names and not errors and not wanted:
+            # a host without NVIDIA GPUs has no use for the nvidia runtime
+            unchecked.append("Docker's runtimes (no nvidia runtime, but %s)" % no_gpu_reason(wanted))
+        elif "nvidia" not in names:
             message = "Docker has no nvidia runtime (%s: %s)" % (source, " ".join(names))
             if errors or not hook:
                 why = ("dockerd refused a GPU container: " + refusal(errors[-1]) if errors
@@ -116,6 +130,12 @@ def check_host(check, unchecked):
     if errors and not any(f["id"] == "runtime_not_configured" for f in check.findings):
         check.fail("runtime_not_configured", "docker", "dockerd refused a GPU container: %s" % refusal(errors[-1]),
                    errors[-1])
+
+
+def no_gpu_reason(wanted):
+    if wanted is False:
+        return "this host has no NVIDIA GPU"
+    return "no expectation for gpu_count on this host and no NVIDIA GPU seen on the PCI bus"
 
 
 def toolkit_versions(check):
@@ -173,6 +193,8 @@ def body(check):
         check.unknown("could not check: %s" % "; ".join(unchecked))
     for item in unchecked:
         check.info("not_checked", "host", "could not check %s" % item)
+    if inside and not check.metrics["dev_nvidia"]:
+        check.finish("inside a container on a host without NVIDIA GPUs: no GPU access to configure")
     if inside:
         check.finish("inside a container: /dev/nvidia* present and allowed by the devices cgroup")
     check.finish("nvidia container runtime registered; toolkit %s not known-bad"

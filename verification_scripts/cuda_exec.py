@@ -130,6 +130,14 @@ def body(check):
     count = int(init.get("device_count") or 0)
     if count == 0:
         check.metrics["ok"] = 0
+        wanted = checklib_gpu.gpus_expected(check)
+        if not wanted:
+            # "no CUDA device" is only a fault on a host that should have one
+            texts = (init.get("errors") or []) + (init.get("warnings") or [])
+            check.unknown("torch sees no CUDA device%s; %s" % (
+                " (%s)" % first_error_line(texts[0]) if texts else "",
+                "this host has no NVIDIA GPU" if wanted is False else
+                "no expectation for gpu_count on this host and no NVIDIA GPU seen on the PCI bus"))
         report_init(check, init)
         check.finish()
     results = {e["gpu"]: e for e in events if e.get("kind") == "gpu"}
@@ -154,10 +162,10 @@ def body(check):
         check.finding(kind, severity, entity, "%s: %s" % (entity, line), line)
     check.metrics["ok"] = ok
     check.metrics["failed_gpus"] = [i for i in range(count) if not (results.get(i) or {}).get("ok")]
-    expected = int(check.profile.get("gpu_count") or 0)
+    expected = check.expect("gpu_count", int)
     if expected and count < expected and not os.environ.get("CUDA_VISIBLE_DEVICES"):
         check.warn("device_count", "host", "CUDA sees %d GPUs, the %s profile expects %d"
-                   % (count, check.profile.get("name"), expected))
+                   % (count, check.profile.get("name") or "host", expected))
     check.finish("all %d GPUs ran a CUDA kernel (torch %s, CUDA %s)" % (count, init.get("torch"), init.get("cuda")))
 
 

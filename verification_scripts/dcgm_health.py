@@ -78,6 +78,8 @@ def body(check):
     if parsed is None:
         text_cmd = check.run(["dcgmi", "health", "-g", "0", "-c"])
         parsed = from_text(text_cmd.out)
+    if parsed is None and cmd.refused:
+        check.unknown(cmd.why())
     if parsed is None:
         check.unknown("unparseable dcgmi health output (%s)" % (cmd.why() if not cmd.ok else
                                                                  checklib.first_line(cmd.out)))

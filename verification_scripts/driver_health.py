@@ -9,6 +9,7 @@ turned into UNKNOWN (exit codes follow NVML; the text is matched first because i
 import re
 
 import checklib
+import checklib_gpu
 import checklib_logs
 
 RC_MEANING = {9: "NVIDIA driver not loaded", 10: "kernel detected an interrupt issue with a GPU",
@@ -40,6 +41,14 @@ def body(check):
         check.unknown("nvidia-smi not found (%s)" % (
             "nvidia module loaded" if module_loaded else "driver state unknown"))
     text = smi.text
+    if smi.refused:
+        # NVML refused this user (device permissions, SELinux): that says nothing about the driver's health
+        versions(check, loaded, on_disk)
+        kernel_messages(check)
+        if not any(f["severity"] in ("FAIL", "WARN") for f in check.findings):
+            check.unknown("%s (the driver could not be queried)" % smi.why())
+        check.info("not_checked", "nvidia-smi", smi.why())
+        check.finish()
     if smi.timed_out:
         check.fail("nvidia_smi_hang", check.host, "nvidia-smi did not answer within 60 s (driver hang)")
     elif "Driver/library version mismatch" in text:
@@ -108,7 +117,7 @@ def persistence(check):
     off = ["GPU%s" % r["index"] for r in checklib.parse_query_csv(cmd.out, fields)
            if checklib.to_bool(r["persistence_mode"]) is False]
     daemon = check.run(["systemctl", "is-active", "nvidia-persistenced"])
-    state = checklib.first_line(daemon.out) if not daemon.missing else None
+    state = checklib_gpu.service_state(daemon)
     check.metrics.update({"persistence_disabled": off, "persistenced": state})
     if off and state not in (None, "active"):
         check.fail("persistence_disabled", ",".join(off), "persistence mode Disabled on %s and nvidia-persistenced "

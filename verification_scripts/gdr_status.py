@@ -60,6 +60,8 @@ def judge_kernel_log(check):
 
 
 def body(check):
+    if checklib_net.no_rdma_expected(check):
+        check.finish(checklib_net.NO_RDMA + ": GPUDirect RDMA has nothing to pair with")
     modules, source = loaded_modules(check)
     if modules is None:
         check.unknown("cannot list kernel modules: %s" % source)

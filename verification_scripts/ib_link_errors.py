@@ -51,7 +51,7 @@ def log_lines(check, since):
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
     cmd = check.run(["journalctl", "--no-pager", "-o", "short-iso", "--since", stamp, "-t", "systemd-networkd",
                      "-t", "NetworkManager", "-t", "kernel"], timeout=60)
-    if cmd.ok and "No journal files" not in cmd.text:
+    if checklib_logs.journal_readable(cmd):
         return [(checklib_logs.iso_epoch(line), line) for line in cmd.out.splitlines() if line.strip()], "journalctl"
     now = time.time()
     lines, sources = [], []
@@ -63,7 +63,7 @@ def log_lines(check, since):
     if sources:
         return lines, ",".join(sources)
     kernel, source = checklib_logs.kernel_log(check, since)
-    return (kernel, source) if kernel is not None else (None, "%s; %s" % (cmd.why(), source))
+    return (kernel, source) if kernel is not None else (None, "%s; %s" % (checklib_logs.journal_why(cmd), source))
 
 
 def read_counters(check, ports):
@@ -143,6 +143,12 @@ def body(check):
     if lines is None and not have_counters:
         check.unknown("no link log and no port counters readable: %s" % source)
     check.metrics["log_source"] = source if lines is not None else None
+    unsorted = [f["entity"] for f in check.findings if f["id"] == "carrier_lost" and f["severity"] == "INFO"]
+    if not ports and unsorted and check.expect("hca_count", int) != 0 and \
+            not any(f["severity"] in ("FAIL", "WARN") for f in check.findings):
+        # without the RDMA ports an Ethernet (RoCE) rail cannot be told from any other interface
+        check.unknown("%s lost carrier in the window, but no RDMA port is visible in /sys/class/infiniband to tell "
+                      "whether they are GPU rails" % ", ".join(sorted(set(unsorted))))
     check.finish("no link flaps in 24 h (%s)%s" % (source if lines is not None else "no log",
                                                     ", counters not growing" if have_counters else ""))
 

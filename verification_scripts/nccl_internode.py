@@ -13,6 +13,7 @@ launcher problems such as "not enough slots" are UNKNOWN.
 import re
 
 import checklib
+import checklib_gpu
 import checklib_net
 
 LOOPBACK_EFFICIENCY = 0.8  # busbw / (rail rate in GB/s) below which a loopback counts as slow
@@ -27,11 +28,13 @@ BAD_WARNS = (
 )
 
 
-def threshold(profile):
-    explicit = profile.get("nccl_ib_loopback_busbw")
+def threshold(check):
+    """The loopback busbw a healthy rail reaches, or None when this host has no expectation for it."""
+    explicit = check.expect("nccl_ib_loopback_busbw")
     if explicit:
-        return float(explicit)
-    return float(profile.get("ib_rate") or 0) / 8.0 * LOOPBACK_EFFICIENCY
+        return explicit
+    rate = check.expect("ib_rate")
+    return rate / 8.0 * LOOPBACK_EFFICIENCY if rate else None
 
 
 def command(check, binary, gpus, env):
@@ -75,7 +78,11 @@ def body(check):
     if binary is None:
         check.unknown("all_reduce_perf not found (nccl-tests not installed; set NCCL_TESTS_DIR)")
     rails = checklib_net.data_ports(checklib_net.rdma_ports(check), check.profile)
-    gpus = int(check.params.get("gpus") or check.profile.get("gpu_count") or 8)
+    if not rails and check.expect("hca_count", int) == 0:
+        check.unknown("no RDMA NIC on this host and none expected: there is no inter-node fabric to loop back over")
+    gpus, why = checklib_gpu.local_gpu_count(check)
+    if gpus is None:
+        check.unknown("cannot tell how many GPUs to test: %s" % why)
     env = {"NCCL_SHM_DISABLE": "1", "NCCL_P2P_DISABLE": "1", "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
     argv = command(check, binary, gpus, env)
     cmd, result = checklib_net.run_nccl_test(check, argv, float(check.params.get("run_timeout_s", 420)), env=env)
@@ -83,14 +90,16 @@ def body(check):
         check.unknown(cmd.why())
     judge_transport(check, result, rails)
     largest = checklib_net.judge_nccl_test(check, cmd, result)
-    limit = threshold(check.profile)
+    limit = threshold(check)
     busbw = check.metrics["busbw"]
-    check.metrics["threshold"] = round(limit, 2)
+    check.metrics["threshold"] = round(limit, 2) if limit else None
+    if limit is None and not any(f["severity"] in ("FAIL", "WARN") for f in check.findings):
+        check.no_expectation("ib_rate", seen="IB loopback busbw %.1f GB/s at %d B" % (busbw, largest["size"]))
     if limit and busbw < limit:
         check.fail("busbw_low", check.host, "IB loopback all_reduce busbw %.1f GB/s at %d B < %.1f GB/s"
                    % (busbw, largest["size"], limit))
     check.finish("IB loopback busbw %.1f GB/s >= %.1f over NET/%s%s" % (
-        busbw, limit, "/".join(check.metrics["transports"]) or "?", " with GDRDMA" if result["gdr"] else ""))
+        busbw, limit or 0, "/".join(check.metrics["transports"]) or "?", " with GDRDMA" if result["gdr"] else ""))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ provisioned for GPUs.
 import re
 
 import checklib
+import checklib_gpu
 
 GROUPS = {
     "driver": re.compile(r"^(nvidia-driver(-\d+)?(-server|-open)?|nvidia-driver-cuda|libnvidia-compute-\d+(-server)?|"
@@ -76,6 +77,12 @@ def body(check):
         check.metrics["%s_packages" % group] = ["%s=%s" % kv for kv in sorted(names.items())]
     check.metrics["package_source"] = source
     if not found["driver"] and not module:
+        wanted = checklib_gpu.gpus_expected(check)
+        if wanted is False:
+            check.finish("no NVIDIA driver installed, and this host has no NVIDIA GPU to drive")
+        if wanted is None:
+            check.no_expectation("gpu_count", seen="no NVIDIA driver package (%s) and no nvidia kernel module, "
+                                                   "and no NVIDIA GPU seen on the PCI bus" % source)
         missing = [g for g in ("driver", "cuda", "container_toolkit") if not found[g]]
         check.fail("node_not_provisioned", "host", "node image has no NVIDIA driver: no driver package (%s) and no "
                    "nvidia kernel module; also missing: %s" % (source, ", ".join(missing[1:]) or "nothing else"))

@@ -59,9 +59,10 @@ def parse_dcgmi(text):
 
 
 def body(check):
-    expected = int(check.profile.get("nvlink_links", 0) or 0)
-    speed = float(check.profile.get("nvlink_link_gbps", 0) or 0)
+    expected = check.expect("nvlink_links", int)
+    speed = check.expect("nvlink_link_gbps")
     check.metrics.update({"expected_links": expected, "expected_link_gbps": speed})
+    speed = speed or 0.0  # no expected speed: link speeds are not compared
     smi = check.run(["nvidia-smi", "nvlink", "-s"])
     links = parse_smi(smi.out)
     if links:
@@ -81,9 +82,12 @@ def body(check):
 def judge(check, links, expected, speed, dcgm_states=None):
     active = {}
     down = {}
+    # without a SKU expectation the GPUs are measured against each other: the most links any GPU reports
+    listed = max([len(s) for s in links.values() if s != "inactive"] or [0])
+    width = expected if expected is not None else listed
     for gpu, state in sorted(links.items()):
         if state == "inactive":
-            active[gpu], down[gpu] = 0, list(range(expected))
+            active[gpu], down[gpu] = 0, list(range(width))
             continue
         active[gpu] = sum(1 for s in state if s)
         down[gpu] = [k for k, s in enumerate(state) if not s]
@@ -94,10 +98,17 @@ def judge(check, links, expected, speed, dcgm_states=None):
         if any(active.values()):
             check.info("nvlink_present", check.host, "NVLinks are active although the profile expects none")
         return
-    if len(active) > 1 and not any(active.values()):
-        check.fail("nvlink_not_active", check.host, "no GPU has an active NVLink (0 of %d links on %d GPUs): NVLink "
-                   "not enabled or not trained" % (expected, len(active)), ALL_INACTIVE)
-        return
+    if not any(active.values()):
+        if expected is None:
+            check.no_expectation("nvlink_links", seen="no GPU has an active NVLink (%d GPUs)" % len(active))
+        if len(active) > 1:
+            check.fail("nvlink_not_active", check.host, "no GPU has an active NVLink (0 of %d links on %d GPUs): "
+                       "NVLink not enabled or not trained" % (expected, len(active)), ALL_INACTIVE)
+            return
+    if expected is None:
+        expected = max(active.values())
+        check.info("nvlink_links_from_peers", check.host, "no expectation for nvlink_links on this host: GPUs are "
+                   "compared with the most active links any GPU has (%d)" % expected)
     for gpu, count in sorted(active.items()):
         who = "GPU%d" % gpu
         if links[gpu] == "inactive":

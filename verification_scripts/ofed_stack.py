@@ -11,6 +11,7 @@ import os
 import re
 
 import checklib
+import checklib_net
 
 OFED_RE = re.compile(r"(?:MLNX_OFED_LINUX|OFED-internal|DOCA-OFED|OFED)-(\d+\.\d+)-([\d.]+\d)")
 HPCX_DIRS = ("/opt", "/usr/local", "/opt/mellanox")
@@ -26,6 +27,9 @@ def host_ofed(check):
     version = re.match(r"(\d+\.\d+)-([\d.]+\d)", mod.out.strip()) if mod.ok else None
     if version:  # MLNX_OFED's mlx5_core carries its release; the inbox driver does not
         return version.group(1), "%s-%s" % version.groups(), "modinfo mlx5_core"
+    if not mod.ok:
+        # "no OFED" needs an answer from the module itself; no modinfo or no mlx5_core module tells nothing
+        return None, None, "unknown: %s; %s" % (cmd.why(), mod.why())
     return None, None, "%s; mlx5_core has no OFED version (inbox driver?)" % cmd.why()
 
 
@@ -52,6 +56,8 @@ def hpcx_builds(check):
 
 
 def body(check):
+    if checklib_net.no_rdma_expected(check):
+        check.finish(checklib_net.NO_RDMA + ": the OFED release HPC-X was built for does not matter")
     release, version, source = host_ofed(check)
     builds, ucx = hpcx_builds(check)
     check.metrics.update({"ofed": version, "ofed_source": source,
@@ -61,6 +67,9 @@ def body(check):
             check.unknown("HPC-X/UCX found but the OFED it was built for is not recorded (host OFED: %s)"
                           % (version or "unknown"))
         check.unknown("no HPC-X/UCX found (ucx_info: %s; no hpcx* under %s)" % (ucx.why(), ", ".join(HPCX_DIRS)))
+    if release is None and source.startswith("unknown: "):
+        check.unknown("HPC-X was built for MLNX_OFED %s; the host's OFED release cannot be read (%s)"
+                      % (builds[0][1], source[len("unknown: "):]))
     if release is None:
         check.warn("ofed_unknown", "host", "HPC-X was built for MLNX_OFED %s but no MLNX_OFED is installed (%s)"
                    % (builds[0][1], source))

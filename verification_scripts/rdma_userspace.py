@@ -53,6 +53,8 @@ def why_not(check, lib, provider, uverbs):
 
 def body(check):
     kernel = check.listdir(checklib_net.IB_CLASS)
+    if checklib_net.no_rdma_expected(check):
+        check.finish(checklib_net.NO_RDMA + ": nothing for user-space verbs to open")
     if not kernel:
         check.unknown("the kernel shows no RDMA devices in /sys/class/infiniband; nothing for user-space verbs "
                       "to open (see nic_config)")
@@ -62,13 +64,15 @@ def body(check):
     check.metrics.update({"kernel_devices": len(kernel), "libibverbs": lib, "mlx5_provider": provider,
                           "uverbs_nodes": len(uverbs)})
     cmd = check.run(["ibv_devinfo", "-l"])
-    if cmd.missing:
+    if cmd.unusable:
+        # the libraries on disk still answer: without libibverbs or the mlx5 provider verbs cannot work at all
         if lib is None or provider is None:
-            check.fail("verbs_missing", "host", "kernel has %d RDMA devices (%s) but ibv_devinfo is not installed "
-                       "and %s" % (len(kernel), ", ".join(kernel[:4]), why_not(check, lib, provider, uverbs)))
+            check.fail("verbs_missing", "host", "kernel has %d RDMA devices (%s) but %s and %s"
+                       % (len(kernel), ", ".join(kernel[:4]), "ibv_devinfo is not installed" if cmd.missing
+                          else cmd.why(), why_not(check, lib, provider, uverbs)))
             check.finish()
-        check.unknown("ibv_devinfo not found; libibverbs (%s) and the mlx5 provider are present, so the devices "
-                      "could not be opened to confirm" % lib)
+        check.unknown("%s; libibverbs (%s) and the mlx5 provider are present, so the devices could not be opened "
+                      "to confirm" % (cmd.why(), lib))
     if cmd.timed_out:
         check.unknown(cmd.why())
     listed = re.findall(r"^\s+(\S+)\s*$", cmd.out, re.MULTILINE)

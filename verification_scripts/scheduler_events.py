@@ -37,12 +37,13 @@ def journal_lines(check, window):
     out, sources = [], []
     cmd = check.run(["journalctl", "--no-pager", "-o", "short-iso", "--since", stamp], timeout=90)
     journal = []
-    if cmd.ok and "No journal files" not in cmd.text:
+    if checklib_logs.journal_readable(cmd):
         for line in cmd.out.splitlines():
             ident = SYSLOG_IDENT.match(line)
             journal.append((checklib_logs.iso_epoch(line), ident.group(1) if ident else "", line))
     # lines without short-iso timestamps are not a journal we can read (and "-- No entries --" is empty)
-    if any(epoch is not None for epoch, _i, _t in journal) or (cmd.ok and "No entries" in cmd.out):
+    if any(epoch is not None for epoch, _i, _t in journal) or (checklib_logs.journal_readable(cmd)
+                                                                and "No entries" in cmd.out):
         sources.append("journalctl")
         out.extend(journal)
     else:
@@ -66,7 +67,7 @@ def journal_lines(check, window):
             epoch = time.mktime(time.strptime(match.group(1), "%Y-%m-%dT%H:%M:%S")) if match else None
             if epoch is None or epoch >= since:
                 out.append((epoch, "slurmd", line))
-    return out, sources, cmd.why()
+    return out, sources, checklib_logs.journal_why(cmd)
 
 
 def job_of(text):

@@ -35,7 +35,7 @@ def purge_lines(check, since):
                 out.append((checklib_logs.iso_epoch(line), "/var/log/" + name, line))
     stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
     cmd = check.run(["journalctl", "--no-pager", "-o", "short-iso", "--since", stamp], timeout=90)
-    if cmd.ok:
+    if checklib_logs.journal_readable(cmd):
         tools = set()
         for line in cmd.out.splitlines():
             ident = SYSLOG_IDENT.match(line)

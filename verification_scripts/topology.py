@@ -43,12 +43,20 @@ def body(check):
     nics = [c for c in columns if c.startswith(("NIC", "mlx5_"))]
     check.targets = gpus
     check.metrics.update({"gpus": len(gpus), "nics": [legend.get(n, n) for n in nics]})
-    nvlink(check, gpus, rows)
-    nic_affinity(check, gpus, nics, rows, legend)
+    undecided = [what for what, decided in (("GPU links", nvlink(check, gpus, rows)),
+                                             ("GPU-NIC affinity", nic_affinity(check, gpus, nics, rows, legend)))
+                 if not decided]
+    check.metrics["not_judged"] = undecided
+    if len(undecided) == 2 and not check.findings:
+        check.no_expectation("topo_nvlink / nvlink_links", "hca_count",
+                             seen="%d GPUs in the matrix, pairs %s" % (len(gpus), check.metrics.get("gpu_pairs")))
+    check.finish("topology as expected%s" % ("; not judged: %s (no expectation on this host)" % ", ".join(undecided)
+                                             if undecided else ""))
 
 
 def nvlink(check, gpus, rows):
-    expected = str(check.profile.get("topo_nvlink") or "")
+    """Judge the GPU-GPU cells; False when there was nothing to judge them against."""
+    expected = check.expect("topo_nvlink", str) or ""
     want = int(expected[2:]) if expected.startswith("NV") and expected[2:].isdigit() else 0
     pairs = {}
     for i, a in enumerate(gpus):
@@ -58,14 +66,26 @@ def nvlink(check, gpus, rows):
     for cell in pairs.values():
         kinds[cell] = kinds.get(cell, 0) + 1
     check.metrics["gpu_pairs"] = kinds
-    if not want or len(gpus) < 2:
-        return
-    slow = {p: c for p, c in pairs.items() if c.startswith("NV") and checklib.to_int(c[2:]) < want}
+    if len(gpus) < 2:
+        return True
+    links = check.expect("nvlink_links", int)
+    if not want and links == 0:
+        return True  # a SKU without NVLink: PCIe between GPUs is its design
+    bonded = [checklib.to_int(c[2:]) for c in pairs.values() if c.startswith("NV") and checklib.to_int(c[2:])]
+    if not want and bonded:
+        # no expectation: the pairs are measured against the widest NVLink bond this host shows
+        want = max(bonded)
+        expected = "NV%d like the other pairs" % want
+    elif not want and links:
+        want, expected = 1, "NVLink (%d links per GPU)" % links
+    if not want:
+        return False
+    slow = {p: c for p, c in pairs.items() if c.startswith("NV") and (checklib.to_int(c[2:]) or 0) < want}
     pcie = {p: c for p, c in pairs.items() if not c.startswith("NV")}
     if pcie and len(pcie) == len(pairs):
         check.fail("nvlink_not_enabled", check.host, "no NVLink between any GPUs: every GPU pair connects over PCIe "
                    "(%s), expected %s" % ("/".join(sorted(set(pcie.values()))), expected))
-        return
+        return True
     for kind, bad, reason in (("nvlink_degraded", slow, "fewer NVLinks than %s" % expected),
                               ("no_nvlink_path", pcie, "no NVLink path (expected %s)" % expected)):
         if not bad:
@@ -74,6 +94,7 @@ def nvlink(check, gpus, rows):
             cells = sorted(set(bad[p] for p in bad if gpu in p))
             check.fail(kind, gpu, "%s reaches %d peer(s) with %s: %s" % (gpu, len(partners), "/".join(cells), reason),
                        "%s row: %s" % (gpu, " ".join(rows[gpu].get(g, "") for g in gpus)))
+    return True
 
 
 def culprits(bad):
@@ -95,8 +116,14 @@ def culprits(bad):
 
 
 def nic_affinity(check, gpus, nics, rows, legend):
-    if not nics or not int(check.profile.get("hca_count", 1) or 0):
-        return
+    """Judge the GPU-NIC cells; False when it is not known whether the NICs are GPU rails."""
+    hcas = check.expect("hca_count", int)
+    if hcas == 0:
+        return True  # no RDMA NIC expected: a NIC in the matrix is not a GPU rail
+    if not nics:
+        return hcas is not None  # an expected NIC absent from the matrix is nic_config's finding
+    if hcas is None:
+        return False
     best = {}
     for gpu in gpus:
         cells = [rows[gpu].get(n, "SYS") for n in nics]
@@ -109,12 +136,13 @@ def nic_affinity(check, gpus, nics, rows, legend):
                    "not detected (NCCL will not pair GPUs with their NICs)" % (
                        " and NUMA affinity N/A" if numa == ["N/A"] else ""),
                    "%s row: %s" % (gpus[0], " ".join(rows[gpus[0]].get(n, "") for n in nics)))
-        return
+        return True
     far = [g for g, b in best.items() if b in ("NODE", "SYS")]
     near = [g for g, b in best.items() if b in ("PIX", "PXB")]
     if far and near:
         check.warn("gpu_nic_far", ",".join(far), "%s have no NIC on a nearby PCIe switch (closest %s) while other "
                    "GPUs do" % (", ".join(far), "/".join(sorted(set(best[g] for g in far)))))
+    return True
 
 
 if __name__ == "__main__":

@@ -34,5 +34,6 @@ def costly_needed(taxonomy: Taxonomy, label: str, cheap: list[CheckResult]) -> b
 
 
 def run_checks(runner: CheckRunner, check_ids: list[str]) -> list[CheckResult]:
-    """Every host, in parallel; a (host, check) already run in this incident comes from the cache."""
-    return runner.run(check_ids) if check_ids else []
+    """Every host that can be checked, in parallel; a (host, check) already run in this incident comes from the
+    cache. A host that cannot be checked was reported once, after the inventory, not once per check."""
+    return runner.run(check_ids, hosts=runner.checkable()) if check_ids else []

@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent.checks.manifest import CheckSpec, Manifest, load_known_bad, load_manifest, profile
+from agent import inventory as inv
+from agent.checks.manifest import CheckSpec, Manifest, load_known_bad, load_manifest
 from agent.executors.base import Executor, ScriptRun
 from agent.models import CheckResult, Finding, Verdict
 
@@ -21,7 +22,6 @@ Approver = Callable[[CheckSpec, str], bool]
 Job = tuple[str, str]  # (host, check id)
 # the investigation's limits: of the jobs about to execute, those refused, each with the reason
 Admit = Callable[[list[Job]], dict[Job, str]]
-DEFAULT_PROFILE = "H100-SXM-8"
 
 
 class CheckNotAllowed(KeyError):
@@ -32,7 +32,11 @@ class CheckNotAllowed(KeyError):
 
 
 class CheckRunner:
-    """One runner per incident: results are cached per (host, check) for its lifetime."""
+    """One runner per incident: results are cached per (host, check) for its lifetime.
+
+    Each host's inventory is taken before its first check (or up front by `take_inventory`): the checks get the
+    expectations derived from it, and a host that cannot be checked (unreachable, no NVIDIA GPU and no driver)
+    runs nothing; its checks answer UNKNOWN with the reason (the diagnosis asks only the `checkable` hosts)."""
 
     def __init__(self, executors: list[Executor], *, approve: bool | Approver = False,
                  profile_name: str | None = None, params: dict[str, Any] | None = None,
@@ -41,7 +45,9 @@ class CheckRunner:
         self.executors = {e.name: e for e in executors}
         self.manifest = manifest or load_manifest()
         self.approve = approve
-        self.profile_name = profile_name
+        self.profile_name = profile_name  # --profile: overrides what the inventory would pick
+        self.inventories: dict[str, inv.HostInventory] = {}
+        self.expectations: dict[str, inv.Expectations] = {}
         self.params = params or {}
         self.workers = max(1, workers)
         self.on_result = on_result
@@ -50,6 +56,25 @@ class CheckRunner:
         self.admit: Admit | None = None
         self.listeners: list[Callable[[CheckResult], None]] = []  # told of every result that actually executed
         self.wall_s = 0.0  # time spent waiting for checks (they run in parallel, so less than the sum)
+
+    # ---- what each host is ------------------------------------------------------------------------------------
+    def take_inventory(self, hosts: Iterable[str] | None = None) -> dict[str, inv.Expectations]:
+        """Inventory and expectations of every host (in parallel), once per host for the runner's lifetime."""
+        todo = [h for h in (hosts if hosts is not None else self.executors) if h not in self.expectations]
+        if todo:
+            with ThreadPoolExecutor(max_workers=self.workers) as pool:
+                for taken in pool.map(lambda h: inv.take(self.executors[h]), todo):
+                    self.adopt(taken)
+        return {h: self.expectations[h] for h in (hosts if hosts is not None else self.executors)}
+
+    def adopt(self, inventory: inv.HostInventory, expectations: inv.Expectations | None = None) -> None:
+        """Use an inventory taken earlier (a resumed run's checkpoint holds it)."""
+        self.inventories[inventory.host] = inventory
+        self.expectations[inventory.host] = expectations or inv.expectations(inventory, self.profile_name)
+
+    def checkable(self) -> list[str]:
+        self.take_inventory()
+        return [h for h in self.executors if not self.expectations[h].cannot_check]
 
     def passive_ids(self, include_active: bool = False) -> list[str]:
         return [c.id for c in self.manifest.checks if c.tier == "passive" or include_active]
@@ -70,6 +95,7 @@ class CheckRunner:
         for name in names:
             if name not in self.executors:
                 raise KeyError(f"unknown host {name!r}; known: {', '.join(self.executors)}")
+        self.take_inventory(names)
         jobs = [(name, spec) for spec in specs for name in names]
         results: dict[tuple[str, str], CheckResult] = {}
         todo = []
@@ -81,7 +107,10 @@ class CheckRunner:
                 todo.append((name, spec))
         # approvals are asked here, one at a time, before anything runs in parallel
         approved = {(n, s.id): not s.needs_approval or self._approved(s, n) for n, s in todo}
-        refused = self.admit([key for key, ok in approved.items() if ok]) if self.admit and todo else {}
+        refused = {(n, s.id): f"could not check {n}: {why}" for n, s in todo
+                   if (why := self.expectations[n].cannot_check)}
+        admitted = [key for key, ok in approved.items() if ok and key not in refused]
+        refused |= self.admit(admitted) if self.admit and admitted else {}
         for name, spec in todo:
             if (name, spec.id) in refused:  # not cached: the limit is the run's, not a fact about the host
                 reason = refused[(name, spec.id)]
@@ -114,7 +143,7 @@ class CheckRunner:
                                       f"needs {', '.join(spec.needs) or 'nothing'}) was not approved; "
                                       f"re-run with --approve-active to allow it")
         executor = self.executors[host]
-        params = {"host": host, "profile": profile(self._profile_for(executor)), "known_bad": load_known_bad(),
+        params = {"host": host, "profile": self.expectations[host].values, "known_bad": load_known_bad(),
                   "window_s": 7200, **self.params}
         run = executor.run_script(spec.script_path, params, spec.timeout_s)
         self.exit_codes[(host, spec.id)] = run.rc
@@ -124,9 +153,6 @@ class CheckRunner:
         if callable(self.approve):
             return bool(self.approve(spec, host))
         return bool(self.approve)
-
-    def _profile_for(self, executor: Executor) -> str:
-        return self.profile_name or executor.profile or DEFAULT_PROFILE
 
     def _compare_across_hosts(self, specs: list[CheckSpec], names: list[str],
                               results: dict[tuple[str, str], CheckResult]) -> None:

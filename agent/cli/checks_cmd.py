@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from agent.checks.manifest import CheckSpec, load_manifest, load_profiles
@@ -91,6 +92,12 @@ def run_checks(
     runner = CheckRunner(executors, approve=approve, profile_name=profile,
                          params=_parse_params(param or []), manifest=manifest, workers=workers)
     try:
+        with console.status("taking each host's inventory", spinner="dots") if not as_json else nullcontext():
+            found = runner.take_inventory()
+        if not as_json:
+            for expectations in found.values():
+                console.print(escape(expectations.line()), style="yellow" if expectations.cannot_check else "dim",
+                              highlight=False)
         with console.status("running checks", spinner="dots") if not as_json else nullcontext():
             results = runner.run(ids or [])
     finally:

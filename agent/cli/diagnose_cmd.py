@@ -38,7 +38,8 @@ BaseUrlOpt = Annotated[str | None, typer.Option("--base-url", metavar="URL",
                                                 help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1.")]
 ModelOpt = Annotated[str | None, typer.Option("--model", metavar="NAME", help="Model name for --llm openai.")]
 ProfileOpt = Annotated[str | None, typer.Option("--profile", metavar="SKU",
-                                                help="SKU profile for check thresholds (default: the host's).")]
+                                                help="SKU profile for check thresholds (default: matched to each "
+                                                     "host's inventory, or derived from it).")]
 DataDirOpt = Annotated[Path | None, typer.Option("--data-dir", metavar="DIR",
                                                  help="Data directory: Chroma store and saved runs (env "
                                                       "AIDAI_DATA_DIR; default: the per-user data dir).")]
@@ -328,6 +329,9 @@ def diagnose(
             err.print(f"[dim]aidai: diagnosing on {escape(', '.join(hosts))} (reasoner {escape(llm)}, active "
                       f"checks: {'all' if approve_active else 'ask' if ask else 'not run'})[/]", highlight=False,
                       soft_wrap=True)
+            if not host:
+                err.print("[dim]no --host given: checking this machine (local); name the GPU node with "
+                          "--host ssh://user@node[/]", highlight=False, soft_wrap=True)
             from agent.diagnosis import DiagnoseOptions
 
             options = DiagnoseOptions(

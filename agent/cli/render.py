@@ -106,6 +106,16 @@ class ProgressView:
             self.line(f"[dim]  seen in the text: {escape('; '.join(named))}[/]")
         self.set("searching similar past incidents (the first search loads the embedding model)")
 
+    def _on_inventory(self, e: dict[str, Any]) -> None:
+        for host in e.get("hosts", []):
+            who = host["host"] + (f" ({host['hostname']})" if host.get("hostname") else "")
+            if host.get("cannot_check"):
+                self.line(f"[yellow]could not check {escape(who)}: {escape(host['cannot_check'])}[/]")
+                continue
+            used = f"profile {host['profile']}" if host.get("profile") else "expectations derived from the host"
+            self.line(f"[dim]host {escape(who)}: {escape(_clip(host.get('inventory', ''), 240))}[/]")
+            self.line(f"[dim]  judged by {escape(used)}: {escape(_clip(host.get('why', ''), 240))}[/]")
+
     def _on_pretriage(self, e: dict[str, Any]) -> None:
         for tool in e.get("results", []):
             style = "red" if tool.get("status") == "error" else "dim"
@@ -346,7 +356,8 @@ def report_panel(report: Report, *, resume_hint: str = "") -> Panel:
     waiting = sorted({r.check for r in report.results
                       if r.verdict.value == "UNKNOWN" and "approval" in f"{r.reason} {r.summary}"})
     fallbacks = f", {report.llm_fallbacks} fallback(s)" if report.llm_fallbacks else ""
-    rows = [("path", escape(compact_path(report))),
+    rows = [("hosts", escape("; ".join(e.line() for e in report.inventory))),
+            ("path", escape(compact_path(report))),
             ("checks", f"{report.checks_run} run, {report.check_seconds:.1f} s of check time; "
                        f"wall {report.wall_s:.1f} s"),
             ("LLM", f"{escape(report.reasoner)}: {report.llm_calls} call(s), {report.tokens} tokens{fallbacks}")]

@@ -1,10 +1,10 @@
-"""`aidai sim create|faults`: simulated hosts with faults from FAULTS.md."""
+"""`aidai sim create|faults|profiles`: simulated hosts with faults from FAULTS.md, built from SKU profiles."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -24,7 +24,7 @@ def create(
     directory: Annotated[Path, typer.Argument(help="Directory to create (replaced if it holds a scenario).")],
     fault: Annotated[list[str] | None, typer.Option("--fault", help="ID[:k=v,...] (repeatable).")] = None,
     noise: Annotated[list[str] | None, typer.Option("--noise", help="ID[:k=v,...] (repeatable).")] = None,
-    profile: Annotated[str, typer.Option(help="Healthy host profile.")] = "H100-SXM-8",
+    profile: Annotated[str, typer.Option(help="Healthy host profile (list them: aidai sim profiles).")] = "H100-SXM-8",
     hosts: Annotated[str | None, typer.Option(help="Comma-separated host names, e.g. node-1,node-2.")] = None,
     record: Annotated[Path | None, typer.Option(help="Incident JSONL file to take the scenario from.")] = None,
     record_id: Annotated[str | None, typer.Option("--id", help="Record id inside --record.")] = None,
@@ -66,3 +66,28 @@ def list_faults(as_json: Annotated[bool, typer.Option("--json")] = False) -> Non
         params = ", ".join(f"{k}={v}" for k, v in row["params"].items())
         table.add_row(row["id"], row["leaf"] or "(noise)", params)
     console.print(table)
+
+
+@app.command("profiles")
+def list_profiles(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Every SKU profile a simulated host can be built from, with its key facts."""
+    rows = [{"profile": name, "gpu": p["gpu_name"], "pci_device_id": p["pci_device_id"],
+             "gpu_count": p["gpu_count"], "gpu_counts": p.get("gpu_counts"), "form_factor": p.get("form_factor"),
+             "nvlink": p.get("topo_nvlink"), "nvswitch": bool(p.get("nvswitch")), "rdma": _rdma(p),
+             "machine": (p.get("sim_machine") or {}).get("instance")} for name, p in load_profiles().items()]
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return
+    table = Table(title=f"{len(rows)} profiles (verification_scripts/profiles.yaml)")
+    for col in ("profile", "gpu", "device", "GPUs", "rented as", "NVLink", "NVSwitch", "RDMA", "simulated as"):
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        counts = ",".join(map(str, row["gpu_counts"] or []))
+        table.add_row(row["profile"], row["gpu"], f"10de:{row['pci_device_id']}", str(row["gpu_count"]), counts,
+                      row["nvlink"] or "-", "yes" if row["nvswitch"] else "-", row["rdma"], row["machine"] or "-")
+    console.print(table)
+
+
+def _rdma(profile: dict[str, Any]) -> str:
+    count = int(profile.get("hca_count") or 0)
+    return f"{count} x {profile.get('ib_rate')} Gb/s {profile.get('link_layer')}" if count else "-"

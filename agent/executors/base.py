@@ -24,8 +24,6 @@ class Executor(ABC):
 
     #: how the host is named in results (the spec the user gave, or the simulated host's name)
     name: str
-    #: the SKU profile this host is known to have, if the executor knows it (simulated hosts do)
-    profile: str | None = None
 
     @abstractmethod
     def run_script(self, script: Path, params: dict[str, Any], timeout: float) -> ScriptRun:

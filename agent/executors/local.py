@@ -17,10 +17,8 @@ from agent.executors.base import Executor, ScriptRun
 
 
 class LocalExecutor(Executor):
-    def __init__(self, name: str = "local", env: dict[str, str] | None = None, python: list[str] | None = None,
-                 profile: str | None = None):
+    def __init__(self, name: str = "local", env: dict[str, str] | None = None, python: list[str] | None = None):
         self.name = name
-        self.profile = profile
         self._env = env
         self._python = python or [shutil.which("python3") or sys.executable]
 

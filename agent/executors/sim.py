@@ -12,12 +12,11 @@ from agent.sim.state import HostState
 
 def sim_executors(path: Path) -> list[LocalExecutor]:
     """One executor per host of the scenario at `path` (or just the host directory given)."""
-    meta, dirs = load_scenario(path)
+    _, dirs = load_scenario(path)
     executors = []
     for name, host_dir in dirs.items():
         state = HostState.load(host_dir / HOST_FILE)
         # -S: scripts are stdlib-only, and skipping site makes each run ~100 ms cheaper
         executors.append(LocalExecutor(name=name, env=sim_env(host_dir, state),
-                                       python=[str(host_dir / "bin" / "python3"), "-S"],
-                                       profile=meta.get("profile")))
+                                       python=[str(host_dir / "bin" / "python3"), "-S"]))
     return executors

@@ -37,10 +37,9 @@ class SshTarget:
 
 
 class SshExecutor(Executor):
-    def __init__(self, target: SshTarget, profile: str | None = None):
+    def __init__(self, target: SshTarget):
         self.target = target
         self.name = target.name
-        self.profile = profile
         self._client: paramiko.SSHClient | None = None
         self._remote_dir: str | None = None
         self._uploaded: set[str] = set()

@@ -1,12 +1,15 @@
 """The online diagnosis as a LangGraph StateGraph (AidAI Fig. 4/6, Algorithm 1):
 
-summarize → pretriage → historical (pipeline 1) ─confirmed→ corroborate → conclude
+summarize → inventory → pretriage ─no host can be checked→ conclude
+                          └→ historical (pipeline 1) ─confirmed→ corroborate → conclude
                                    └→ dfs_init → dfs (pipeline 2, one step per super-step, explicit stack)
                                         ─confirmed→ corroborate → conclude
                                         └→ widen (once: every branch with an untested leaf) → dfs_init
                                         └→ explore (pipeline 3) → feedback ─answer→ summarize again → dfs_init
                                                                            └→ conclude (escalate)
 
+The inventory comes before any hypothesis: what each host is decides what its checks expect, and a host that
+cannot be checked (unreachable, no NVIDIA GPU and no driver) runs nothing.
 Every step is checkpointed; approvals of active checks and the user's feedback are LangGraph interrupts.
 Every node runs inside a guard that counts what it spent (checks, seconds, LLM tokens, steps) against the run's
 Limits; a limit reached, or the loop breaker, routes straight to `conclude`, which escalates with the reason.
@@ -22,6 +25,7 @@ from typing import Any, Literal
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import interrupt
 
+from agent import inventory as inv
 from agent import limits as L
 from agent.agents import conclusion, execution, planning, reflection, summarization
 from agent.checks.runner import CheckRunner
@@ -93,6 +97,7 @@ class DiagnosisGraph:
             if state.get("stopped") and name != "conclude":
                 return {}
             self._spent, self._stop, self._label = L.add(state.get("spent", {})), None, name
+            self._adopt_inventory(state)
             self._checkpointed = set(state.get("results", {}))
             self._node_began, self._node_tokens = time.perf_counter(), self._tokens()
             update = node(state)
@@ -108,6 +113,14 @@ class DiagnosisGraph:
             return update
 
         return guarded
+
+    def _adopt_inventory(self, state: DiagnosisState) -> None:
+        """A resumed run's hosts are what its checkpoint says they are: the inventory is not taken again."""
+        runner = self.t.runner
+        for host, saved in state.get("inventory", {}).items():
+            if host in runner.executors and host not in runner.expectations:
+                runner.adopt(inv.HostInventory.model_validate(saved["inventory"]),
+                             inv.Expectations.model_validate(saved["expectations"]))
 
     def _halt(self, stop: L.Stop) -> None:
         if self._stop is None:
@@ -222,6 +235,17 @@ class DiagnosisGraph:
         summary = summarization.summarize(self.t.reasoner, incident, state.get("feedback"))
         self.t.emit({"type": "summary", **summary.model_dump(mode="json", exclude={"text", "query"})})
         return {"summary": summary.model_dump(mode="json")}
+
+    def inventory(self, state: DiagnosisState) -> dict[str, Any]:
+        """Each host's inventory (passive reads) and the expectations its checks get, before any hypothesis."""
+        runner = self.t.runner
+        taken = runner.take_inventory()
+        hosts = [e.model_dump(mode="json", exclude={"values"}) for e in taken.values()]
+        self.t.emit({"type": "inventory", "hosts": hosts})
+        for host in hosts:
+            self.t.audit({"event": "inventory", **host})
+        return {"inventory": {host: {"inventory": runner.inventories[host].model_dump(mode="json"),
+                                     "expectations": e.model_dump(mode="json")} for host, e in taken.items()}}
 
     def pretriage(self, state: DiagnosisState) -> dict[str, Any]:
         """Every pre-triage tool on the incident's attachments; a tool that fails is reported, never fatal."""
@@ -408,7 +432,9 @@ class DiagnosisGraph:
         judgements = load_judgements(state)
         ordered = conclusion.order([j for j in judgements if j.status == "confirmed"])
         stopped = state.get("stopped")
-        if stopped:  # no LLM call: the budget may be what ran out, and the stop must be said plainly
+        if nothing_checkable(state):  # nothing was looked at: say so plainly, no reasoner needed
+            text = cannot_check_explanation(state)
+        elif stopped:  # no LLM call: the budget may be what ran out, and the stop must be said plainly
             text = stopped_explanation(stopped, state, ordered)
         else:
             text = conclusion.explain(self.t.reasoner, self._summary(state), ordered, load_memory(state))
@@ -428,6 +454,10 @@ class DiagnosisGraph:
         return {"conclusion": result, "pipeline": pipeline}
 
     # ---- routing ------------------------------------------------------------------------------------------
+    @staticmethod
+    def after_pretriage(state: DiagnosisState) -> str:
+        return "conclude" if nothing_checkable(state) or state.get("stopped") else "historical"
+
     @staticmethod
     def after_historical(state: DiagnosisState) -> str:
         if state.get("stopped"):
@@ -456,13 +486,14 @@ class DiagnosisGraph:
 
     def build(self, checkpointer: Any = None):  # type: ignore[no-untyped-def]
         graph = StateGraph(DiagnosisState)
-        for name in ("summarize", "pretriage", "historical", "dfs_init", "dfs", "widen", "corroborate", "explore",
-                     "feedback", "conclude"):
+        for name in ("summarize", "inventory", "pretriage", "historical", "dfs_init", "dfs", "widen", "corroborate",
+                     "explore", "feedback", "conclude"):
             graph.add_node(name, self._guarded(name, getattr(self, name)))
         graph.add_node("summarize_again", self._guarded("summarize_again", self.summarize))
         graph.add_edge(START, "summarize")
-        graph.add_edge("summarize", "pretriage")
-        graph.add_edge("pretriage", "historical")
+        graph.add_edge("summarize", "inventory")
+        graph.add_edge("inventory", "pretriage")
+        graph.add_conditional_edges("pretriage", self.after_pretriage, ["historical", "conclude"])
         graph.add_conditional_edges("historical", self.after_historical, ["corroborate", "dfs_init", "conclude"])
         graph.add_edge("dfs_init", "dfs")
         graph.add_conditional_edges("dfs", self.after_dfs, ["dfs", "corroborate", "widen", "explore", "conclude"])
@@ -479,6 +510,22 @@ def initial_state(incident: Incident) -> DiagnosisState:
     return {"incident": incident.model_dump(mode="json"), "results": {}, "memory": [], "judgements": [], "path": [],
             "approvals": {}, "approved_by": {}, "pipeline": 0, "feedback": [], "feedback_rounds": 0, "spent": {}}
 
+
+
+def nothing_checkable(state: DiagnosisState) -> bool:
+    """The inventory found no host whose checks can run (a run checkpointed before the inventory step has none)."""
+    saved = state.get("inventory")
+    return saved is not None and all(s["expectations"].get("cannot_check") for s in saved.values())
+
+
+def cannot_check_explanation(state: DiagnosisState) -> str:
+    """The answer when no host could be checked: which, why, and that nothing was confirmed or rejected."""
+    lines = [inv.Expectations.model_validate(saved["expectations"]).line() + "."
+             for saved in state.get("inventory", {}).values()]
+    lines = [line[0].upper() + line[1:] for line in lines]
+    lines.append("Nothing was confirmed or rejected: no verification ran. Run aidai on the GPU node, or name the node "
+                 "with --host; escalate with this ticket if the node itself cannot be reached.")
+    return " ".join(lines)
 
 
 def stopped_explanation(stop: L.Stop | dict[str, Any], state: DiagnosisState, confirmed: list[LeafJudgement]) -> str:

@@ -24,6 +24,7 @@ class Frame(TypedDict):
 class DiagnosisState(TypedDict, total=False):
     incident: dict[str, Any]
     summary: dict[str, Any]
+    inventory: dict[str, dict[str, Any]]  # host -> {inventory, expectations} (agent/inventory.py)
     pretriage: list[dict[str, Any]]
     pretriage_priors: dict[str, float]
     similar: list[dict[str, Any]]

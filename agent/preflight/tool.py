@@ -18,6 +18,8 @@ TIMEOUT_CAP_S = 30.0  # per check; the checks of all hosts run in parallel
 def preflight_pretriage(incident: Incident, runner: CheckRunner | None = None) -> ToolResult:
     """On the diagnosis' `runner` when given (its hosts, and its cache for the checks the DFS runs later)."""
     began = time.perf_counter()
+    if runner is not None and not runner.checkable():
+        return ToolResult(tool="preflight", status="skipped", reason="no host can be checked", duration_s=0.0)
     try:
         report = run.run(incident.hosts or ["local"], timeout_cap_s=TIMEOUT_CAP_S, runner=runner)
     except HostSpecError as exc:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 
 from agent.sim.faults.registry import FaultError, Param, fault, noise
-from agent.sim.state import Gpu, GpuProcess, HostState, SelEvent
+from agent.sim.state import Gpu, GpuProcess, HostState, SelEvent, hardware
 from agent.sim.tools._nvml import bdf_kernel, bdf_sysfs
 
 GPU = Param("gpu", int, 3, help="GPU index (nvidia-smi order on the healthy host)")
@@ -22,6 +22,11 @@ DRIVER_PREFIXES = ("nvidia", "NVRM", "[drm] [nvidia-drm]", "Disabling lock debug
 
 def _gpu(host: HostState, index: int) -> Gpu:
     return host.gpu(index)  # KeyError names the valid indices; the scenario turns it into a FaultError
+
+
+def _require_nvlink(host: HostState, fid: str) -> None:
+    if not any(g.nvlink for g in host.gpus):
+        raise FaultError(f"{fid}: {host.profile} has no NVLink (its GPUs talk over PCIe only)")
 
 
 def _who(pid: int | None, name: str | None) -> str:
@@ -290,7 +295,7 @@ def _set_driver_version(host: HostState, version: str) -> None:
 def fabricmanager_down(host: HostState, p: dict) -> None:
     """nvidia-fabricmanager not running (or refusing a driver of another version): NVSwitch fabric untrained."""
     if not host.nvswitch_count:
-        raise FaultError("fabricmanager.down: this profile has no NVSwitch, so no fabric manager")
+        raise FaultError(f"fabricmanager.down: {host.profile} has no NVSwitch, so no fabric manager")
     fm = host.fabric_manager
     fm.active = False
     fm.state, fm.status = "In Progress", "N/A"
@@ -309,6 +314,7 @@ def fabricmanager_down(host: HostState, p: dict) -> None:
        Param("links", list, [6, 7], help="link numbers that went down"))
 def nvlink_down(host: HostState, p: dict) -> None:
     """NVLinks of one GPU inactive after a fatal link error (Xid 74): NV18 drops to NV16 in topo."""
+    _require_nvlink(host, "nvlink.link_down")
     gpu = _gpu(host, p["gpu"])
     bad = [k for k in p["links"] if not 0 <= k < len(gpu.nvlink)]
     if bad or not p["links"]:
@@ -323,6 +329,7 @@ def nvlink_down(host: HostState, p: dict) -> None:
 @fault("nvlink.not_enabled", "INTERCONNECT_NETWORKING.NVLINK.NVLINK_NOT_ENABLED")
 def nvlink_not_enabled(host: HostState, p: dict) -> None:
     """No NVLink between the GPUs (no bridge / fabric disabled): every link inactive, P2P over PCIe."""
+    _require_nvlink(host, "nvlink.not_enabled")
     for gpu in host.gpus:
         gpu.nvlink = [None] * len(gpu.nvlink)
 
@@ -397,6 +404,8 @@ def checkpoint_gpu0(host: HostState, p: dict) -> None:
 def mig_misuse(host: HostState, p: dict) -> None:
     """MIG is on and CUDA_VISIBLE_DEVICES names several MIG instances: CUDA enumerates only the first."""
     gpu = _gpu(host, p["gpu"])
+    if not hardware.part(gpu.pci_device_id).mig:
+        raise FaultError(f"user.mig_misuse: {host.profile} ({gpu.name}) has no MIG")
     if not 2 <= p["instances"] <= 7:
         raise FaultError(f"user.mig_misuse: instances must be 2..7, got {p['instances']}")
     gpu.mig_mode = True

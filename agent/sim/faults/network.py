@@ -33,6 +33,14 @@ def data_hcas(host: HostState) -> list[Hca]:
     return [h for h in host.hcas if not h.control_plane]
 
 
+def require_rails(host: HostState, fid: str) -> list[Hca]:
+    """The host's GPU rails; a fault about RDMA ports cannot happen on a host that has none."""
+    rails = data_hcas(host)
+    if not rails:
+        raise FaultError(f"{fid}: {host.profile} has no RDMA NIC (no InfiniBand or RoCE ports to break)")
+    return rails
+
+
 def _usable(netif: NetIf) -> bool:
     return netif.admin_up and netif.state in ("UP", "UNKNOWN") and bool(netif.ipv4)
 
@@ -118,6 +126,7 @@ def socket_ifname_bad(host: HostState, p: dict[str, Any]) -> None:
        Param("value", str, "mlx5_1", help="NCCL_IB_HCA as the job sets it"))
 def ib_hca_bad(host: HostState, p: dict[str, Any]) -> None:
     """NCCL_IB_HCA selects the control-plane Ethernet port or names HCAs that do not exist."""
+    require_rails(host, "nccl.ib_hca_bad")
     value = p["value"]
     items, exclude, exact = nccl_list(value)
     names = [h.name for h in host.hcas]
@@ -156,6 +165,7 @@ def net_plugin_missing(host: HostState, p: dict[str, Any]) -> None:
 @fault("gdr.peermem_missing", f"{LEAF}.GDR.GPUDIRECT_RDMA_DISABLED")
 def peermem_missing(host: HostState, p: dict[str, Any]) -> None:
     """No GPUDirect RDMA peer-memory module: NCCL moves GPU data through host memory."""
+    require_rails(host, "gdr.peermem_missing")
     host.kernel_modules = [m for m in host.kernel_modules if m not in ("nvidia_peermem", "nv_peer_mem")]
     lines = [nccl_line(host, "INFO", f"NET/IB : GPU Direct RDMA Disabled for HCA {i} '{h.name}' (no module)")
              for i, h in enumerate(data_hcas(host))]
@@ -166,7 +176,7 @@ def peermem_missing(host: HostState, p: dict[str, Any]) -> None:
 @fault("ib.port_down", f"{LEAF}.IB.PORT_DOWN", Param("hca", str, "mlx5_3", help="the HCA whose port went down"))
 def port_down(host: HostState, p: dict[str, Any]) -> None:
     """One GPU rail's port lost its link: State Down, Physical state Polling, a carrier-loss event."""
-    hca = next((h for h in data_hcas(host) if h.name == p["hca"]), None)
+    hca = next((h for h in require_rails(host, "ib.port_down") if h.name == p["hca"]), None)
     if hca is None:
         raise FaultError(f"ib.port_down: hca={p['hca']!r} is not a GPU rail of {host.hostname} "
                          f"(valid: {', '.join(h.name for h in data_hcas(host))})")
@@ -184,6 +194,7 @@ def port_down(host: HostState, p: dict[str, Any]) -> None:
 @fault("ib.verbs_missing", f"{LEAF}.IB.USERSPACE_VERBS_MISSING")
 def verbs_missing(host: HostState, p: dict[str, Any]) -> None:
     """The kernel has the HCAs but the image lacks rdma-core (libibverbs, providers, tools)."""
+    require_rails(host, "ib.verbs_missing")
     host.software.rdma_core = False
     eth = next((n for n in host.netifs if n.name == "eth0"), None)
     oob = f"eth0:{eth.ipv4}<0>" if eth else "eth0"
@@ -196,6 +207,7 @@ def verbs_missing(host: HostState, p: dict[str, Any]) -> None:
        Param("index", int, 0, help="NCCL_IB_GID_INDEX as the job sets it"))
 def gid_index_bad(host: HostState, p: dict[str, Any]) -> None:
     """On RoCE rails, NCCL_IB_GID_INDEX points at a GID that is absent or not RoCE v2."""
+    require_rails(host, "roce.gid_index_bad")
     make_roce(host)
     index = p["index"]
     for hca in data_hcas(host):
@@ -216,6 +228,7 @@ def gid_index_bad(host: HostState, p: dict[str, Any]) -> None:
 def mtu_mismatch(host: HostState, p: dict[str, Any]) -> None:
     """This host's RoCE rails run a smaller active MTU than its peers (netdev MTU 1500 -> 1024)."""
     mtu = p["mtu"]
+    require_rails(host, "roce.mtu_mismatch")
     if mtu not in NETDEV_MTU_FOR or mtu == 4096:
         raise FaultError(f"roce.mtu_mismatch: mtu={mtu} must be one of 256, 512, 1024, 2048 (peers run 4096)")
     make_roce(host, NETDEV_MTU_FOR[mtu])

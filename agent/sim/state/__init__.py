@@ -19,6 +19,7 @@ from agent.sim.state.system import (
     Container,
     EdacCounts,
     LogLine,
+    Machine,
     Mount,
     PcieSwitch,
     Process,
@@ -30,7 +31,7 @@ from agent.sim.state.system import (
 
 __all__ = [
     "Container", "Driver", "EdacCounts", "FabricManager", "Gid", "Gpu", "GpuProcess", "Hca", "HostState",
-    "LogLine", "Mount", "NetIf", "PcieSwitch", "Process", "SelEvent", "Software", "StackFrame", "Thread",
+    "LogLine", "Machine", "Mount", "NetIf", "PcieSwitch", "Process", "SelEvent", "Software", "StackFrame", "Thread",
 ]
 
 
@@ -63,6 +64,7 @@ class HostState:
     missing_paths: list[str] = field(default_factory=list)  # data paths that no longer exist
     cpu_governor: str = "performance"
     numa_nodes: int = 2
+    machine: Machine = field(default_factory=Machine)
 
     # ---- convenience used by faults and renderers -------------------------------------------
     def gpu(self, index: int) -> Gpu:

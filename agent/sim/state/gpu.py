@@ -8,11 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# Hardware facts the healthy builder and the renderers share (HGX baseboards), keyed by GPU PCI device id.
-GPU_VBIOS = {"2330": "96.00.89.00.01", "2335": "96.00.A5.00.01", "20b2": "92.00.45.00.03"}
-GPU_MEM_CLOCK_MHZ = {"2330": 2619, "2335": 3201, "20b2": 1593}
-NVSWITCH_DEVICE_ID = {"2330": "22a3", "2335": "22a3", "20b2": "1af1"}
-NVSWITCH_BUS_IDS = ["05", "06", "07", "08"]
 DRIVER_BUILD_DATE = "Tue Mar  5 22:42:28 UTC 2024"  # as the NVRM banner and /proc/driver/nvidia/version print it
 
 

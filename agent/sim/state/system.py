@@ -96,6 +96,43 @@ class Container:
 
 
 @dataclass
+class Machine:
+    """The box the GPUs sit in, as DMI and /proc/cpuinfo show it (`sim_machine` in profiles.yaml)."""
+
+    kind: str = "bare-metal"  # "vm" | "bare-metal"
+    sys_vendor: str = "Supermicro"
+    product_name: str = "SYS-821GE-TNHR"
+    instance: str = ""  # the provider's name for the shape (Standard_ND96isr_H100_v5, g6.xlarge)
+    cpus: int = 192  # logical CPUs
+    smt: bool = True  # two threads per core, numbered as Linux does (second threads after all first threads)
+    cpu_model: str = "Intel(R) Xeon(R) Platinum 8480C"
+
+    @property
+    def is_vm(self) -> bool:
+        return self.kind == "vm"
+
+    def cpulist(self, node: int, numa_nodes: int) -> str:
+        """A NUMA node's CPUs as the kernel prints a cpulist ("0-47,96-143"): with SMT, Linux numbers every
+        core's first thread before any second thread."""
+        cores = self.cpus // 2 if self.smt else self.cpus
+        per = max(cores // max(numa_nodes, 1), 1)
+        ids = list(range(node * per, (node + 1) * per))
+        if self.smt:
+            ids += [cores + c for c in ids]
+        return compress_cpulist(ids)
+
+
+def compress_cpulist(ids: list[int]) -> str:
+    ranges: list[tuple[int, int]] = []
+    for value in sorted(ids):
+        if ranges and value == ranges[-1][1] + 1:
+            ranges[-1] = (ranges[-1][0], value)
+        else:
+            ranges.append((value, value))
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in ranges)
+
+
+@dataclass
 class PcieSwitch:
     bus_id: str
     name: str = "PLX Technology, Inc. PEX 89144"

@@ -20,6 +20,7 @@ from typing import Any
 
 from agent.checks.versions import vkey
 from agent.sim.state import Gpu, HostState
+from agent.sim.state.hardware import part
 from agent.sim.tools import _nvml as nvml
 from agent.sim.tools._versions import min_driver_for
 
@@ -32,7 +33,6 @@ NO_DRIVER = ("Found no NVIDIA driver on your system. Please check that you have 
              "from http://www.nvidia.com/Download/index.aspx")
 COUNT_ERROR = ("Unexpected error from cudaGetDeviceCount(). Did you run some cuda functions before calling "
                "NumCudaDevices() that might have already set an error? Error {}")
-PEAK_BF16_TFLOPS = (("H200", 690.0), ("H100", 665.0), ("A100", 255.0))  # dense 8192^3 GEMM, healthy GPU
 CONTEXT_MIB = 600  # a CUDA context plus the probe's buffers
 MAX_NORMAL = 4.5  # max |x| of a large standard-normal sample
 
@@ -179,7 +179,7 @@ class Runtime:
 
     def gemm_seconds(self, index: int, flops: float) -> float:
         gpu = self.gpu(index)
-        peak = next((t for key, t in PEAK_BF16_TFLOPS if key in gpu.name), 300.0)
+        peak = part(gpu.pci_device_id).bf16_tflops
         jitter = 1.0 + (int(hashlib.sha256(gpu.uuid.encode()).hexdigest()[:4], 16) % 100 - 50) / 10000.0
         return flops / (peak * 1e12 * max(gpu.perf_factor, 1e-3) * jitter)
 

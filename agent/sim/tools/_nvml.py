@@ -97,6 +97,13 @@ def bdf_parts(text: str) -> tuple[int, int, int] | None:
     return None
 
 
+def bdf_numbers(bus_id: str) -> tuple[int, int, int, int]:
+    """(domain, bus, device, function) of 00000000:1E:00.0 or 0000:00:1e.0."""
+    domain, bus, rest = bus_id.split(":")
+    device, _, function = rest.partition(".")
+    return int(domain, 16), int(bus, 16), int(device, 16), int(function or "0", 16)
+
+
 def same_bdf(a: str, b: str) -> bool:
     pa, pb = bdf_parts(a), bdf_parts(b)
     return pa is not None and pa == pb

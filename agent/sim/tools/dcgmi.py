@@ -21,6 +21,7 @@ HEALTH_RANK = {"Healthy": 0, "Warning": 1, "Failure": 2}
 MEMORY_XIDS = {48, 63, 64, 94, 95, 140}
 NVLINK_XIDS = {74, 136, 144, 145, 146, 147, 148, 149, 150}
 WARNING_XIDS = {63, 94}  # a row marked for remapping / an error contained to one application
+NO_NVLINK = 18  # DCGM lists every link slot of a GPU without NVLink as Not Supported
 REPORTED_XIDS = MEMORY_XIDS | NVLINK_XIDS | {46, 54, 62, 79, 109, 110, 119, 120, 143, 155, 156, 158}
 
 
@@ -176,7 +177,8 @@ def _nvlink(host: HostState, argv: list[str], rest: list[str], as_json: bool) ->
     if rest in (["-s"], ["--link-status"]):
         lines = ["+----------------------+", "|  NvLink Link Status  |", "+----------------------+", "GPUs:"]
         for i, gpu in enumerate(gpus):
-            lines += [f"    gpuId {i}:", "        " + " ".join("U" if s else "D" for s in gpu.nvlink)]
+            states = " ".join("U" if s else "D" for s in gpu.nvlink) if gpu.nvlink else " ".join(["_"] * NO_NVLINK)
+            lines += [f"    gpuId {i}:", "        " + states]
         lines.append("NvSwitches:")
         if host.nvswitch_count:
             for k in range(host.nvswitch_count):

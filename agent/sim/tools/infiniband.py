@@ -24,6 +24,7 @@ COMMANDS = ("ibstat", "ibstatus", "ibv_devinfo", "ibv_devices", "show_gids")
 IB = "/sys/class/infiniband"
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 EMPTY_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+PID = 4260  # the pid infiniband-diags' ibpanic prints
 
 
 def installed(host: HostState, command: str) -> bool:
@@ -70,16 +71,15 @@ def _ibstat(host: HostState, argv: list[str]) -> ToolOutput:
     if args in (["-l"], ["--list_of_cas"]):
         return ToolOutput("".join(h.name + "\n" for h in _sorted(host)))
     if not args:
-        if not host.hcas:
-            return ToolOutput("", "ibpanic: [0] main: stat of IB device failed: No such file or directory\n", 255)
-        return ToolOutput("\n".join(line for h in _sorted(host) for line in _ibstat_ca(h)) + "\n")
+        # libibumad's device list is empty, not an error, without /sys/class/infiniband: ibstat prints nothing
+        return ToolOutput("".join(line + "\n" for h in _sorted(host) for line in _ibstat_ca(h)))
     hca = _find(host, args[0])
     if hca is None or len(args) > 2:
-        return ToolOutput("", f"ibpanic: [0] main: stat of IB device '{args[0]}' failed: "
+        return ToolOutput("", f"ibpanic: [{PID}] main: '{args[0]}' IB device can't be found: "
                               "No such file or directory\n", 255)
     if len(args) == 2:
         if args[1] != str(hca.port):
-            return ToolOutput("", f"ibpanic: [0] main: {hca.name}: port {args[1]} not found\n", 255)
+            return ToolOutput("", f"ibpanic: [{PID}] main: {hca.name}: port {args[1]} not found\n", 255)
         return ToolOutput("\n".join(line.replace("\t\t", "", 1) for line in _ibstat_port(hca)) + "\n")
     return ToolOutput("\n".join(_ibstat_ca(hca)) + "\n")
 
@@ -104,6 +104,8 @@ def _ibstatus(host: HostState, argv: list[str]) -> ToolOutput:
             f"        link_layer:      {hca.link_layer}\n\n")
     missing = [w for w in wanted if _find(host, w) is None]
     err = "".join(f"ls: cannot access '{IB}/{w}/ports': No such file or directory\n" for w in missing)
+    if not wanted and not host.hcas:  # the script lists the devices with `ls /sys/class/infiniband`
+        err = f"ls: cannot access '{IB}': No such file or directory\n"
     return ToolOutput("".join(blocks), err, 2 if missing else 0)
 
 

@@ -1,5 +1,6 @@
 """lspci [-D] [-n|-nn] [-k] [-v|-vv|-vvv] [-s BDF] [-d VENDOR:[DEVICE]] for the GPUs, NVSwitches, the PCIe
-switch ports above the GPUs (with their ACS control bits) and the Mellanox HCAs.
+switch ports above the GPUs (with their ACS control bits) and the Mellanox HCAs, and the sysfs tree lspci
+and passive inventories read (/sys/bus/pci/devices/<bdf>/{vendor,device,class,numa_node}).
 
 A GPU that fell off the bus reads `(rev ff)` with an unreadable config header; a GPU the driver
 never bound has no "Kernel driver in use"; a degraded link shows in LnkSta of both link ends.
@@ -10,15 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agent.sim.state import Gpu, HostState
-from agent.sim.state.gpu import NVSWITCH_BUS_IDS, NVSWITCH_DEVICE_ID
+from agent.sim.state.hardware import NVSWITCH_BUS_IDS, NVSWITCH_NAMES, part
 from agent.sim.tools import ToolOutput, usage_error
 from agent.sim.tools import _nvml as nvml
 
 COMMANDS = ("lspci",)
 GT_S = {1: "2.5GT/s", 2: "5GT/s", 3: "8GT/s", 4: "16GT/s", 5: "32GT/s", 6: "64GT/s"}
-GPU_NAMES = {"2330": ("GH100 [H100 SXM5 80GB]", "16c1"), "2335": ("GH100 [H200 SXM 141GB]", "18be"),
-             "20b2": ("GA100 [A100 SXM4 80GB]", "1463")}
-SWITCH_NAMES = {"22a3": "GH100 [H100 NVSwitch]", "1af1": "GA100 [A100 NVSwitch]"}
+CLASS_NAMES = {"0300": "VGA compatible controller", "0302": "3D controller"}
+SYSFS = "/sys/bus/pci/devices"
 HCA_NAMES = {"MT4129": ("MT2910 Family [ConnectX-7]", "1021"), "MT4123": ("MT28908 Family [ConnectX-6]", "101b"),
              "MT4125": ("MT2892 Family [ConnectX-6 Dx]", "101d")}
 
@@ -120,30 +120,36 @@ def _express(kind: str, link: list[str], errors: int = 0) -> list[str]:
             f"\t\tDevSta:\tCorrErr{corr} NonFatalErr- FatalErr- UnsupReq- AuxPwr- TransPend-", *link]
 
 
+def _gpu_name(device_id: str) -> str:
+    return part(device_id).lspci_name or f"Device {device_id}"
+
+
 def _gpu_dev(gpu: Gpu) -> PciDev:
-    name, subsystem = GPU_NAMES.get(gpu.pci_device_id, (f"Device {gpu.pci_device_id}", "0000"))
+    info = part(gpu.pci_device_id)
+    name, subsystem = _gpu_name(gpu.pci_device_id), info.subsystem
     link = _link(gpu.pcie_gen_max, gpu.pcie_width_max, gpu.pcie_gen_current, gpu.pcie_width_current, "0")
     detail = [f"\tPhysical Slot: {gpu.index + 1}", *_express("Endpoint", link, gpu.pcie_aer_errors),
               "\tCapabilities: [100 v1] Virtual Channel",
               "\tCapabilities: [420 v2] Advanced Error Reporting",
               f"\t\tCESta:\tRxErr{'+' if gpu.pcie_aer_errors else '-'} BadTLP- BadDLLP- Rollover- Timeout- "
               "AdvNonFatalErr-"]
-    return PciDev(nvml.bdf_sysfs(gpu.bus_id), "3D controller", "0302", "NVIDIA Corporation", "10de", name,
-                  gpu.pci_device_id, "ff" if gpu.fallen_off_bus else "a1", gpu.numa_node,
+    return PciDev(nvml.bdf_sysfs(gpu.bus_id), CLASS_NAMES[info.pci_class], info.pci_class, "NVIDIA Corporation",
+                  "10de", name, gpu.pci_device_id, "ff" if gpu.fallen_off_bus else "a1", gpu.numa_node,
                   "nvidia" if gpu.driver_bound else None, "nvidiafb, nouveau, nvidia_drm, nvidia", detail, subsystem)
 
 
 def _devices(host: HostState) -> list[PciDev]:
     devs = [_gpu_dev(gpu) for gpu in host.gpus if gpu.on_bus]
     device_id = host.gpus[0].pci_device_id if host.gpus else "2330"
+    info = part(device_id)
     for k in range(host.lspci_extra_gpus):
-        name, _ = GPU_NAMES.get(device_id, (f"Device {device_id}", ""))
-        devs.append(PciDev(f"0000:{0xe8 + k:02x}:00.0", "3D controller", "0302", "NVIDIA Corporation", "10de", name,
-                           device_id, "a1", 1, None, "nvidiafb, nouveau, nvidia_drm, nvidia"))
-    switch_id = NVSWITCH_DEVICE_ID.get(device_id, "22a3")
-    for bus in NVSWITCH_BUS_IDS[:host.nvswitch_count]:
+        devs.append(PciDev(f"0000:{0xe8 + k:02x}:00.0", CLASS_NAMES[info.pci_class], info.pci_class,
+                           "NVIDIA Corporation", "10de", _gpu_name(device_id), device_id, "a1",
+                           host.numa_nodes - 1, None, "nvidiafb, nouveau, nvidia_drm, nvidia"))
+    switch_id = info.nvswitch_id
+    for bus in NVSWITCH_BUS_IDS[:host.nvswitch_count] if switch_id else []:
         devs.append(PciDev(f"0000:{bus}:00.0", "Bridge", "0680", "NVIDIA Corporation", "10de",
-                           SWITCH_NAMES.get(switch_id, f"Device {switch_id}"), switch_id, "a1", 0, "nvidia",
+                           NVSWITCH_NAMES.get(switch_id, f"Device {switch_id}"), switch_id, "a1", 0, "nvidia",
                            "nvidiafb, nouveau, nvidia_drm, nvidia"))
     for sw in host.pcie_switches:
         below = next((g for g in host.gpus if g.pcie_switch == sw.bus_id and g.on_bus), None)
@@ -190,3 +196,15 @@ def _vendor_matches(spec: str, dev: PciDev) -> bool:
     vid, _, did = spec.partition(":")
     did = did.split(":")[0]
     return (not vid or vid.lower() == dev.vid) and (not did or did.lower() == dev.did.lower())
+
+
+def files(host: HostState) -> dict[str, str | None]:
+    """What the kernel exposes of each function under /sys/bus/pci/devices: ids, class and NUMA node."""
+    out: dict[str, str | None] = {}
+    for dev in _devices(host):
+        base = f"{SYSFS}/{dev.bdf}"
+        out[f"{base}/vendor"] = f"0x{dev.vid}\n"
+        out[f"{base}/device"] = f"0x{dev.did.lower()}\n"
+        out[f"{base}/class"] = f"0x{dev.code}00\n"
+        out[f"{base}/numa_node"] = f"{dev.numa}\n"
+    return out

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from agent.sim.state import Gpu, HostState
 from agent.sim.tools import ToolOutput, usage_error
+from agent.sim.tools import _nvml as nvml
 from agent.sim.tools._nccl import SOCKET_BUSBW, NetPlan, plan
 from agent.sim.tools._rdma import WIRE_EFFICIENCY
 
@@ -129,7 +130,9 @@ def _net_busbw(net: NetPlan, n: int) -> float:
 
 
 def _bus_id(gpu: Gpu) -> str:
-    return gpu.bus_id.split(":", 1)[1][:5].replace(":", "").lower() + "0"
+    """NCCL's busId: the BDF's hex digits read as one number (0000:1b:00.0 -> 1b000, 0000:00:1e.0 -> 1e0)."""
+    domain, bus, device, function = nvml.bdf_numbers(gpu.bus_id)
+    return f"{domain << 20 | bus << 12 | device << 4 | function:x}"
 
 
 def _prefix(host: HostState, rank: int, tid: int) -> str:

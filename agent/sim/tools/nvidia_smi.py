@@ -134,11 +134,16 @@ def _gpu_rows(index: int, gpu: Gpu) -> list[str]:
     used = used_mib(gpu)
     mig = "Enabled" if gpu.mig_mode else "Disabled"
     return [
-        f"|{index:>4}  {gpu.name[:29]:<29}{persistence:>4}  |{gpu.bus_id:>19} Off |{ecc:>21} |",
+        f"|{index:>4}  {_short(gpu.name):<29}{persistence:>4}  |{gpu.bus_id:>19} Off |{ecc:>21} |",
         f"| N/A{gpu.temperature_c:>5}C{pstate(gpu):>6}{round(gpu.power_draw_w):>15}W / {round(gpu.power_limit_w):>4}W |"
         f"{used:>8}MiB / {gpu.memory_total_mib:>6}MiB |{gpu.utilization_pct:>7}%{gpu.compute_mode:>13} |",
         f"|{'':41}|{'':24}|{mig:>21} |",
     ]
+
+
+def _short(name: str) -> str:
+    """The table's name cell: long names lose their tail to "..." ("NVIDIA RTX 6000 Ada Gene...")."""
+    return name if len(name) <= 29 else name[:24] + "..."
 
 
 def _process_row(index: int, mig: bool, proc) -> str:

@@ -7,7 +7,6 @@ from agent.sim.tools import ToolOutput
 from agent.sim.tools import _nvml as nvml
 
 ALL_INACTIVE = "NVML: Unable to retrieve NVLink information as all links are inactive"
-CPU_AFFINITY = {0: "0-47,96-143", 1: "48-95,144-191"}
 LEGEND = """
 Legend:
 
@@ -47,14 +46,14 @@ def nvlink(host: HostState, args: list[str]) -> ToolOutput:
             lines.append(nvml.lost_message(gpu))
             rc = nvml.RC_GPU_LOST
             continue
-        lines.append(f"GPU {index}: {gpu.name} (UUID: {gpu.uuid})")
         if not gpu.nvlink:
-            continue
+            continue  # a GPU without NVLink hardware: the driver lists nothing for it, not even its name
+        lines.append(f"GPU {index}: {gpu.name} (UUID: {gpu.uuid})")
         if not nvml.active_links(gpu):
             lines.append(ALL_INACTIVE)
             continue
         lines += _link_status(gpu) if mode == "status" else _link_errors(gpu)
-    return ToolOutput("\n".join(lines) + "\n", "", rc)
+    return ToolOutput("".join(line + "\n" for line in lines), "", rc)
 
 
 def _link_status(gpu: Gpu) -> list[str]:
@@ -88,24 +87,34 @@ def topo(host: HostState, args: list[str]) -> ToolOutput:
         cells = [" X " if j == i else _gpu_gpu(gpu, other) for j, other in enumerate(gpus)]
         cells += [_gpu_nic(host, gpu, nic) for nic in nics]
         if host.topology_ok:
-            cells += [CPU_AFFINITY.get(gpu.numa_node, "0-191"), str(gpu.numa_node), "N/A"]
+            cells += [host.machine.cpulist(gpu.numa_node, host.numa_nodes), str(gpu.numa_node), "N/A"]
         else:
-            cells += ["0-191", "N/A", "N/A"]
+            cells += [f"0-{host.machine.cpus - 1}", "N/A", "N/A"]
         rows.append(f"GPU{i}\t" + "\t".join(cells))
     for k, nic in enumerate(nics):
         cells = [_gpu_nic(host, gpu, nic) for gpu in gpus]
         cells += [" X " if m == k else ("NODE" if other.numa_node == nic.numa_node else "SYS")
                   for m, other in enumerate(nics)]
         rows.append(f"NIC{k}\t" + "\t".join(cells))
+    if not nics:
+        return ToolOutput("\n".join(rows) + "\n" + LEGEND + "\n")
     legend = ["", "NIC Legend:", ""] + [f"  NIC{k}: {nic.name}" for k, nic in enumerate(nics)]
     return ToolOutput("\n".join(rows) + "\n" + LEGEND + "\n".join(legend) + "\n\n")
 
 
 def _gpu_gpu(a: Gpu, b: Gpu) -> str:
+    """NV# over NVLink, else the PCIe path: one switch (PIX), root ports of one host bridge as a VM presents
+    them (PHB), separate switches or root complexes of one socket (NODE), or across sockets (SYS)."""
     links = min(nvml.active_links(a), nvml.active_links(b))
     if links:
         return f"NV{links}"
-    return "NODE" if a.numa_node == b.numa_node else "SYS"
+    if a.numa_node != b.numa_node:
+        return "SYS"
+    if a.pcie_switch and a.pcie_switch == b.pcie_switch:
+        return "PIX"
+    if not a.pcie_switch and not b.pcie_switch and nvml.bdf_numbers(a.bus_id)[1] == nvml.bdf_numbers(b.bus_id)[1]:
+        return "PHB"
+    return "NODE"
 
 
 def _gpu_nic(host: HostState, gpu: Gpu, nic: Hca) -> str:

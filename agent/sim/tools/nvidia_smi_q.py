@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from agent.sim.state import Gpu, HostState
+from agent.sim.state.hardware import part
 from agent.sim.tools import ToolOutput
 from agent.sim.tools import _nvml as nvml
 
@@ -81,12 +82,13 @@ def _block(title: str, rows: list[tuple[int, str, object]]) -> Section:
 
 def _identity(host: HostState, index: int, gpu: Gpu) -> list[Section]:
     na = "N/A" if gpu.inforom_corrupt else None
-    arch = "Ampere" if gpu.compute_capability.startswith("8") else "Hopper"
-    mig = "Enabled" if gpu.mig_mode else "Disabled"
+    info = part(gpu.pci_device_id)
+    mig = ("Enabled" if gpu.mig_mode else "Disabled") if info.mig else "N/A"
+    _, bus, device, function = nvml.bdf_numbers(gpu.bus_id)
     reset_required = "Yes" if gpu.remap_pending else "No"
     return [
         _single("Product Name", gpu.name), _single("Product Brand", "NVIDIA"),
-        _single("Product Architecture", arch), _single("Display Mode", "Disabled"),
+        _single("Product Architecture", info.architecture), _single("Display Mode", "Disabled"),
         _single("Display Active", "Disabled"),
         _single("Persistence Mode", "Enabled" if gpu.persistence_mode else "Disabled"),
         _single("Addressing Mode", "None"),
@@ -95,7 +97,7 @@ def _identity(host: HostState, index: int, gpu: Gpu) -> list[Section]:
         _block("Driver Model", [(2, "Current", "N/A"), (2, "Pending", "N/A")]),
         _single("Serial Number", gpu.serial), _single("GPU UUID", gpu.uuid), _single("Minor Number", index),
         _single("VBIOS Version", gpu.vbios), _single("MultiGPU Board", "No"),
-        _single("Board ID", f"0x{gpu.bus_id[9:11].lower()}00"),
+        _single("Board ID", f"0x{bus << 8 | device << 3 | function:x}"),
         _single("GPU Part Number", f"{gpu.pci_device_id.upper()}-885-A1"),
         _block("Inforom Version", [(2, "Image Version", na or "G520.0200.00.05"), (2, "OEM Object", na or "2.1"),
                                    (2, "ECC Object", na or "7.16"), (2, "Power Management Object", "N/A")]),
@@ -107,10 +109,12 @@ def _identity(host: HostState, index: int, gpu: Gpu) -> list[Section]:
 
 
 def _pci(gpu: Gpu) -> list[Section]:
+    domain, bus, device, _ = nvml.bdf_numbers(gpu.bus_id)
     return [_block("PCI", [
-        (2, "Bus", f"0x{gpu.bus_id[9:11]}"), (2, "Device", "0x00"), (2, "Domain", "0x0000"),
+        (2, "Bus", f"0x{bus:02X}"), (2, "Device", f"0x{device:02X}"), (2, "Domain", f"0x{domain:04X}"),
         (2, "Device Id", f"0x{gpu.pci_device_id.upper()}10DE"), (2, "Bus Id", gpu.bus_id),
-        (2, "Sub System Id", "0x16C110DE"), (2, "GPU Link Info", None), (3, "PCIe Generation", None),
+        (2, "Sub System Id", f"0x{part(gpu.pci_device_id).subsystem.upper()}10DE"), (2, "GPU Link Info", None),
+        (3, "PCIe Generation", None),
         (4, "Max", gpu.pcie_gen_max), (4, "Current", gpu.pcie_gen_current),
         (4, "Device Current", gpu.pcie_gen_current), (4, "Device Max", gpu.pcie_gen_max),
         (4, "Host Max", gpu.pcie_gen_max), (3, "Link Width", None), (4, "Max", f"{gpu.pcie_width_max}x"),

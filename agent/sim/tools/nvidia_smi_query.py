@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from agent.sim.state import Gpu, GpuProcess, HostState
+from agent.sim.state import Gpu, GpuProcess, HostState, hardware
 from agent.sim.tools import ToolOutput
 from agent.sim.tools import _nvml as nvml
 
@@ -23,6 +23,10 @@ Getter = Callable[[HostState, int, Gpu], object]
 
 def _flag(value: bool) -> str:
     return "Enabled" if value else "Disabled"
+
+
+def _mig(gpu: Gpu) -> str:
+    return _flag(gpu.mig_mode) if hardware.part(gpu.pci_device_id).mig else NA
 
 
 def _ecc(kind: str, scope: str, part: str) -> Getter:
@@ -63,8 +67,8 @@ GPU_FIELDS: dict[str, tuple[Getter, str]] = {
     "accounting.mode": (lambda h, i, g: "Disabled", ""),
     "display_mode": (lambda h, i, g: "Disabled", ""),
     "display_active": (lambda h, i, g: "Disabled", ""),
-    "mig.mode.current": (lambda h, i, g: _flag(g.mig_mode), ""),
-    "mig.mode.pending": (lambda h, i, g: _flag(g.mig_mode), ""),
+    "mig.mode.current": (lambda h, i, g: _mig(g), ""),
+    "mig.mode.pending": (lambda h, i, g: _mig(g), ""),
     "ecc.mode.current": (lambda h, i, g: g.ecc_mode, ""),
     "ecc.mode.pending": (lambda h, i, g: g.ecc_mode, ""),
     "compute_mode": (lambda h, i, g: g.compute_mode, ""),

@@ -149,7 +149,7 @@ def files(host: HostState) -> dict[str, str | None]:
         "/proc/self/limits": limits(host),
         "/proc/mounts": mounts(host),
         "/proc/meminfo": f"MemTotal:       {MEM_TOTAL_KB} kB\nMemFree:        {MEM_TOTAL_KB * 9 // 10} kB\n",
-        "/sys/devices/system/cpu/online": "0-191\n",
+        "/sys/devices/system/cpu/online": f"0-{host.machine.cpus - 1}\n",
     }
     for cpu in range(4):
         out[f"/sys/devices/system/cpu/cpu{cpu}/cpufreq/scaling_governor"] = host.cpu_governor + "\n"

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from agent.sim.state import Hca, HostState
 from agent.sim.tools import ToolOutput, usage_error
+from agent.sim.tools import _nvml as nvml
 from agent.sim.tools._rdma import WIRE_EFFICIENCY, gdr_module, verbs_present
 
 COMMANDS = ("ib_write_bw",)
@@ -78,7 +79,9 @@ def _parse(argv: list[str]) -> Args | None:
 
 def _cuda_preamble(host: HostState, index: int) -> str:
     lines = ["initializing CUDA", "Listing all CUDA devices in system:"]
-    lines += [f"CUDA device {g.index}: PCIe address is {g.bus_id.split(':')[1]}:00" for g in host.gpus]
+    for g in host.gpus:
+        _, bus, device, _ = nvml.bdf_numbers(g.bus_id)
+        lines.append(f"CUDA device {g.index}: PCIe address is {bus:02X}:{device:02X}")
     gpu = host.gpus[index]
     lines += ["", f"Picking device No. {index}", f"[pid = 41721, dev = {index}] device name = [{gpu.name}]",
               "creating CUDA Ctx", "making it the current CUDA Ctx", "CUDA device integrated: 0",
