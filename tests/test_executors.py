@@ -179,6 +179,24 @@ def test_ssh_runs_checks_on_simulated_host(sshd: Sshd, scenario: Path, manifest:
     assert (local.verdict, local.findings[0].message) == (result.verdict, result.findings[0].message)
 
 
+def test_ssh_inventory_learns_the_remote_host(sshd: Sshd, scenario: Path, tmp_path: Path) -> None:
+    known = sshd.known_hosts(tmp_path / "known_hosts")
+    gpu_node = SshExecutor(ssh_target(sshd, known, remote_env=str(scenario / "node-1" / "activate")))
+    this_machine = SshExecutor(ssh_target(sshd, known))
+    try:
+        [found] = CheckRunner([gpu_node]).take_inventory().values()
+        runner = CheckRunner([this_machine])
+        [plain] = runner.take_inventory().values()
+        [result] = runner.run(["gpu_inventory"])
+    finally:
+        gpu_node.close()
+        this_machine.close()
+    assert (found.profile, found.values["gpu_count"], found.cannot_check) == ("H100-SXM-8", 8, "")
+    if not Path("/proc/driver/nvidia").exists():  # this machine over SSH: a real host without a GPU
+        assert "no NVIDIA GPU and no NVIDIA driver" in plain.cannot_check
+        assert result.verdict == Verdict.UNKNOWN and result.reason.startswith("could not check ssh://")
+
+
 def test_ssh_host_key_mismatch_is_refused(sshd: Sshd, manifest: Manifest, tmp_path: Path) -> None:
     keygen(tmp_path / "other")
     other = " ".join((tmp_path / "other.pub").read_text().split()[:2])

@@ -47,3 +47,16 @@ def test_real_incident_texts_confirm_nothing_on_a_healthy_host(name: str, tmp_pa
         if report.resolved:
             confirmed[record["id"]] = [c.label for c in report.root_causes]
     assert confirmed == {}
+
+
+@pytest.mark.parametrize("view", ["vm", "container"])
+def test_a_narrower_view_stays_quiet_and_still_finds_a_gpu_fault(view: str, tmp_path: Path, data_dir: Path) -> None:
+    create_scenario(tmp_path / "healthy", view=view)
+    create_scenario(tmp_path / "ecc", [{"fault": "gpu.ecc_uncorrectable", "gpu": 0}], view=view)
+    options = {"data_dir": str(data_dir), "checkpoint": False, "knowledge": False}
+    healthy = Diagnoser(DiagnoseOptions(hosts=[f"sim:{tmp_path / 'healthy'}"], **options))
+    assert [r["id"] for r in SAMPLE if healthy.run(Incident(text=r["description"])).resolved] == []
+    ecc = next(r for r in DEV_TEXTS if "uncorrectable ECC" in r["description"])
+    report = Diagnoser(DiagnoseOptions(hosts=[f"sim:{tmp_path / 'ecc'}"], **options)).run(
+        Incident(text=ecc["description"]))
+    assert report.root_causes[0].label == "GPU.MEMORY.UNCORRECTABLE_ECC"

@@ -13,7 +13,7 @@ from rich.table import Table
 from agent.checks.manifest import load_profiles
 from agent.sim.faults import REGISTRY, FaultError
 from agent.sim.faults.registry import parse_cli_spec
-from agent.sim.scenario import create_scenario, scenario_from_record
+from agent.sim.scenario import DEFAULT_VIEW, VIEWS, create_scenario, scenario_from_record
 
 app = typer.Typer(help="Simulated GPU hosts that render real tool output.", no_args_is_help=True)
 console = Console()
@@ -28,6 +28,8 @@ def create(
     hosts: Annotated[str | None, typer.Option(help="Comma-separated host names, e.g. node-1,node-2.")] = None,
     record: Annotated[Path | None, typer.Option(help="Incident JSONL file to take the scenario from.")] = None,
     record_id: Annotated[str | None, typer.Option("--id", help="Record id inside --record.")] = None,
+    view: Annotated[str | None, typer.Option(
+        help=f"What the diagnosis can see: {' | '.join(VIEWS)} (default: the record's, else {DEFAULT_VIEW}).")] = None,
 ) -> None:
     """Create a simulated scenario; run checks on it with `--host sim:DIR`."""
     if profile not in load_profiles():
@@ -36,18 +38,19 @@ def create(
         if record is not None:
             if record_id is None or fault or noise:
                 raise typer.BadParameter("--record needs --id and takes no --fault/--noise")
-            scenario = scenario_from_record(directory, record, record_id)
+            scenario = scenario_from_record(directory, record, record_id, view)
         else:
             if record_id is not None:
                 raise typer.BadParameter("--id needs --record")
             scenario = create_scenario(directory, [parse_cli_spec(f) for f in fault or []],
                                        [parse_cli_spec(n) for n in noise or []], profile,
-                                       [h.strip() for h in hosts.split(",") if h.strip()] if hosts else None)
+                                       [h.strip() for h in hosts.split(",") if h.strip()] if hosts else None,
+                                       view or DEFAULT_VIEW)
     except (FaultError, KeyError, ValueError, FileExistsError, OSError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         raise typer.BadParameter(str(message)) from None
     names = ", ".join(h.hostname for h in scenario.hosts)
-    console.print(f"created {scenario.root} ({scenario.profile}; hosts: {names})")
+    console.print(f"created {scenario.root} ({scenario.profile}; view {scenario.view}; hosts: {names})")
     console.print(f"run: aidai checks run --all --host sim:{scenario.root}")
 
 

@@ -28,6 +28,28 @@ SCENARIO_FILE = "scenario.json"
 HOST_FILE = "host.json"
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
 
+# What the person diagnosing can see (FAULTS.md, "A realistic fleet", field `view`). The view is access, not
+# the machine: the profile still decides whether the box is a VM (DMI, PCI layout); the view decides which
+# tools answer and which host files are readable from where the diagnosis runs.
+VIEWS = ("bare-metal", "vm", "container")
+DEFAULT_VIEW = "bare-metal"
+BMC_TOOLS = ("ipmitool",)
+DCGM_TOOLS = ("dcgmi",)
+# test binaries a site installs on its nodes; a customer VM or a training image does not carry them
+BENCH_TOOLS = ("all_reduce_perf", "all_gather_perf", "ib_write_bw", "nvbandwidth")
+# infiniband-diags, rdma-core utilities, MLNX_OFED scripts and HPC-X: not in an unprivileged training container
+IB_TOOLS = ("ibstat", "ibstatus", "ibv_devinfo", "ibv_devices", "show_gids", "ofed_info", "ucx_info")
+# host-side tools a container image does not ship: no systemd inside, no pciutils/kmod in base images, the
+# docker CLI and the container toolkit live on the host, Fabric Manager is a host daemon
+CONTAINER_ABSENT = ("journalctl", "systemctl", "lspci", "lsmod", "modinfo", "nv-fabricmanager", "docker",
+                    "nvidia-ctk", "nvidia-container-cli")
+# util-linux dmesg without CAP_SYSLOG (sys-utils/dmesg.c: err(EXIT_FAILURE, "read kernel buffer failed"))
+DMESG_REFUSED = ("dmesg: read kernel buffer failed: Operation not permitted\n", 1)
+# host log files a container's filesystem does not hold: the kernel log lives in the host's /var/log
+CONTAINER_HIDDEN_FILES = ("/var/log/syslog", "/var/log/kern.log", "/var/log/messages", "/dev/ipmi0")
+# DCGM's packages and daemons, absent where DCGM is not installed
+DCGM_SERVICES = ("nv-hostengine", "nvidia-dcgm")
+
 
 @dataclass
 class Scenario:
@@ -36,6 +58,7 @@ class Scenario:
     hosts: list[HostState]
     faults: list[dict[str, Any]] = field(default_factory=list)
     noise: list[dict[str, Any]] = field(default_factory=list)
+    view: str = DEFAULT_VIEW
 
     def host_dir(self, name: str) -> Path:
         return self.root if len(self.hosts) == 1 else self.root / name
@@ -76,29 +99,87 @@ def _apply(spec: FaultSpec, states: list[HostState]) -> None:
         raise FaultError(f"{spec.id}: {exc}") from None
 
 
+def check_view(view: str) -> str:
+    if view not in VIEWS:
+        raise ValueError(f"unknown view {view!r}; valid: {', '.join(VIEWS)}")
+    return view
+
+
+def apply_view(state: HostState, view: str) -> None:
+    """Record the view on the host and change what it implies about the host itself (after the faults, so a
+    fault's own container settings, e.g. a runtime without the nvidia hook, stay as the fault set them)."""
+    state.view = check_view(view)
+    if view == "bare-metal":
+        return
+    # neither a VM guest nor a container reaches the BMC in-band (no /dev/ipmi0)
+    state.software.bmc_device = False
+    if view == "vm":
+        # DCGM is not installed in a customer VM: no packages, no host engine
+        state.software.packages = {k: v for k, v in state.software.packages.items()
+                                   if not k.startswith("datacenter-gpu-manager")}
+        for unit in DCGM_SERVICES:
+            state.services.pop(unit, None)
+        if not _full_nvswitch_node(state):
+            state.fabric_manager.installed = state.fabric_manager.active = False
+            state.services.pop("nvidia-fabricmanager", None)
+        return
+    # container: the checks run inside a container started with the NVIDIA runtime; the devices are visible
+    state.container.inside = True
+
+
+def _full_nvswitch_node(state: HostState) -> bool:
+    """A VM that owns the whole NVSwitch baseboard (every GPU passed through) runs Fabric Manager itself."""
+    if not state.nvswitch_count or not state.fabric_manager.installed:
+        return False
+    return len(state.gpus) >= int(load_profile(state.profile).get("gpu_count") or 0)
+
+
+def view_tools(state: HostState) -> tuple[set[str], dict[str, tuple[str, int]]]:
+    """(commands absent in this host's view, command -> (stderr, rc) of commands that refuse to look)."""
+    view = state.view
+    absent: set[str] = set()
+    refused: dict[str, tuple[str, int]] = {}
+    if view == "bare-metal":
+        return absent, refused
+    absent.update(BMC_TOOLS + DCGM_TOOLS + BENCH_TOOLS)
+    if view == "vm":
+        if not _full_nvswitch_node(state):
+            absent.add("nv-fabricmanager")
+        return absent, refused
+    absent.update(IB_TOOLS + CONTAINER_ABSENT)
+    refused["dmesg"] = DMESG_REFUSED
+    return absent, refused
+
+
 def create_scenario(root: Path, faults: list[dict[str, Any]] | None = None, noise: list[dict[str, Any]] | None = None,
-                    profile: str = "H100-SXM-8", hosts: list[str] | None = None) -> Scenario:
+                    profile: str = "H100-SXM-8", hosts: list[str] | None = None,
+                    view: str = DEFAULT_VIEW) -> Scenario:
     faults, noise = list(faults or []), list(noise or [])
+    check_view(view)
     states = build_hosts(faults, noise, profile, hosts)
+    for state in states:
+        apply_view(state, view)
     root = Path(root).resolve()
     if root.exists() and any(root.iterdir()):
         if not (root / SCENARIO_FILE).exists():
             raise FileExistsError(f"{root} exists and is not a simulated scenario; refusing to overwrite it")
         shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
-    scenario = Scenario(root, profile, states, faults, noise)
+    scenario = Scenario(root, profile, states, faults, noise, view)
     for state in states:
         materialize_host(state, scenario.host_dir(state.hostname))
     (root / SCENARIO_FILE).write_text(json.dumps({
-        "profile": profile, "hosts": [s.hostname for s in states], "faults": faults, "noise": noise,
+        "profile": profile, "hosts": [s.hostname for s in states], "faults": faults, "noise": noise, "view": view,
     }, indent=1))
     return scenario
 
 
-def scenario_from_record(root: Path, record_file: Path, record_id: str) -> Scenario:
+def scenario_from_record(root: Path, record_file: Path, record_id: str, view: str | None = None) -> Scenario:
+    """The record's scenario; `view`, when given, replaces the record's own (to see one incident from elsewhere)."""
     record = find_record(record_file, record_id)
     return create_scenario(root, record.get("faults", []), record.get("noise", []),
-                           record.get("profile", "H100-SXM-8"), record.get("hosts"))
+                           record.get("profile", "H100-SXM-8"), record.get("hosts"),
+                           view or record.get("view") or DEFAULT_VIEW)
 
 
 def find_record(record_file: Path, record_id: str) -> dict[str, Any]:
@@ -122,16 +203,26 @@ def materialize_host(state: HostState, host_dir: Path) -> None:
         (host_dir / sub).mkdir(parents=True, exist_ok=True)
     state.save(host_dir / HOST_FILE)
     python = sys.executable
+    absent, refused = view_tools(state)
     for command, module in tools.command_map().items():
-        _write_shim(host_dir / "bin" / command, python, host_dir, module, command)
+        if command in absent:
+            # a shim, not no file: PATH ends in this machine's own /usr/bin, whose dmesg or systemctl must not answer
+            _write_sh(host_dir / "bin" / command, f"sh: 1: {command}: not found\n", 127)
+        elif command in refused:
+            _write_sh(host_dir / "bin" / command, *refused[command])
+        else:
+            _write_shim(host_dir / "bin" / command, python, host_dir, module, command)
     os.symlink(python, host_dir / "bin" / "python3")
+    hidden = set(CONTAINER_HIDDEN_FILES) if state.view == "container" else set()
     for module in tools.modules():
         for rel, text in (getattr(module, "files", lambda _h: {})(state)).items():
-            _write_file(host_dir / "root", rel, text)
+            if rel not in hidden:
+                _write_file(host_dir / "root", rel, text)
         for rel, text in (getattr(module, "pyfiles", lambda _h: {})(state)).items():
             _write_file(host_dir / "py", rel, text)
     for rel, text in state.files.items():
-        _write_file(host_dir / "root", rel, text)
+        if rel not in hidden:
+            _write_file(host_dir / "root", rel, text)
     (host_dir / "activate").write_text("".join(
         f"export {k}={shlex.quote(v)}\n" for k, v in sim_env(host_dir, state).items()))
 
@@ -147,6 +238,12 @@ def _write_shim(path: Path, python: str, host_dir: Path, module: str, command: s
     boot = f"import sys; sys.path.insert(0, {str(PACKAGE_DIR.parent)!r}); from agent.sim.shim import main; main()"
     path.write_text("#!/bin/sh\nexec " + " ".join(shlex.quote(p) for p in (
         python, "-S", "-c", boot, str(host_dir), module, command)) + ' "$@"\n')
+    path.chmod(0o755)
+
+
+def _write_sh(path: Path, stderr: str, rc: int) -> None:
+    """A tool the view lacks or that refuses here: plain sh, the text on stderr, no interpreter start."""
+    path.write_text(f"#!/bin/sh\nprintf '%s' {shlex.quote(stderr)} >&2\nexit {rc}\n")
     path.chmod(0o755)
 
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from agent.checks.manifest import Manifest
 from agent.incident import Incident
 from agent.knowledge.incident_db import read_jsonl
-from agent.sim.scenario import create_scenario
+from agent.sim.scenario import DEFAULT_VIEW, create_scenario
 from agent.taxonomy import Taxonomy
 
 Level = Literal["leaf", "sub", "main"]
@@ -52,7 +52,8 @@ class Problem:
     def materialize(self, root: Path) -> list[str]:
         """Build the record's simulated host(s) under `root`; the host specs a method runs checks on."""
         scenario = create_scenario(root, self.record.get("faults", []), self.record.get("noise", []),
-                                   self.record.get("profile") or DEFAULT_PROFILE, self.record.get("hosts") or None)
+                                   self.record.get("profile") or DEFAULT_PROFILE, self.record.get("hosts") or None,
+                                   self.record.get("view") or DEFAULT_VIEW)
         return [f"sim:{scenario.root}"]
 
     def evaluate(self, predicted: str | None) -> dict[str, bool]:

@@ -65,6 +65,9 @@ class HostState:
     cpu_governor: str = "performance"
     numa_nodes: int = 2
     machine: Machine = field(default_factory=Machine)
+    # what the person diagnosing can see (FAULTS.md "A realistic fleet"): bare-metal | vm | container;
+    # the scenario applies it when it materializes the host (agent.sim.scenario.VIEWS)
+    view: str = "bare-metal"
 
     # ---- convenience used by faults and renderers -------------------------------------------
     def gpu(self, index: int) -> Gpu:
