@@ -157,7 +157,7 @@ def _expectations(inventory: HostInventory, override: str | None) -> Expectation
         return Expectations(host=host, source="none", why="no inventory", cannot_check=inventory.error)
     if override:
         return Expectations(host=host, source="override", profile=override, why=f"--profile {override} given",
-                            values=profile(override))
+                            values=for_checks(override))
     if not inventory.gpu_count and not inventory.driver_loaded and not inventory.device_nodes:
         seen = ("the PCI bus shows no NVIDIA device" if inventory.pci_source
                 else "the PCI bus could not be read (" + inventory.unreadable.get("pci", "?") + ")")
@@ -173,7 +173,7 @@ def _expectations(inventory: HostInventory, override: str | None) -> Expectation
                "thresholds the host cannot tell are left unset")
         source: Literal["profile", "derived"] = "derived"
     else:
-        values = {k: v for k, v in profile(name).items() if k not in NOT_FOR_CHECKS}
+        values = for_checks(name)
         why, source = f"matched 10de:{inventory.device_id} ({shipped})", "profile"
     notes = _fit_to_host(values, inventory, name)
     return Expectations(host=host, source=source, profile=name, why="; ".join([why, *notes]), values=values)
@@ -190,6 +190,11 @@ def match_profile(inventory: HostInventory) -> tuple[str | None, str]:
         if gpu_name and str(spec.get("gpu_name", "")) == gpu_name:
             return name, gpu_name
     return None, ""
+
+
+def for_checks(name: str) -> dict[str, Any]:
+    """A shipped profile as the checks get it: what it says for people and the simulator left out."""
+    return {k: v for k, v in profile(name).items() if k not in NOT_FOR_CHECKS}
 
 
 def profile_keys() -> list[str]:

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from agent.inventory import Expectations
 from agent.redact import Redactor
 from agent.report import Report
 
@@ -77,13 +78,7 @@ def render_markdown(data: dict[str, Any]) -> str:
            + (f" (could not check: {', '.join(sorted(unchecked))})" if unchecked else ""), ""]
     if inventory:
         out += ["## Hosts", ""]
-        for host in inventory:
-            if host["cannot_check"]:
-                out.append(f"- **could not check {host['host']}**: {_md_escape(host['cannot_check'])}")
-                continue
-            used = f"profile {host['profile']}" if host["profile"] else "expectations derived from the host"
-            out.append(f"- **{host['host']}**: {_md_escape(host['inventory'])}; judged by {used} "
-                       f"({_md_escape(host['why'])})")
+        out += [f"- {_md_escape(Expectations.model_validate(host).line())}" for host in inventory]
         out.append("")
     if data.get("stopped"):
         out += [f"> **Investigation stopped** ({data['stopped']['limit']}): {data['stopped']['message']}", ""]

@@ -45,20 +45,32 @@ def gpu_index_map(check):
     return {}, None
 
 
-def nvidia_pci_gpus(check):
-    """NVIDIA display/3D controllers in /sys/bus/pci/devices (no tool needed), or None when the bus is not
-    readable here."""
-    devices = check.listdir("/sys/bus/pci/devices")
+def pci_functions(check, vendors):
+    """[(bdf, vendor, device, class)] of the PCI functions of `vendors` in /sys/bus/pci/devices (no tool needed),
+    ids as 4 lower-case hex digits ('10de', '2330', '0302'); None when the bus is not readable here."""
+    base = "/sys/bus/pci/devices"
+    devices = check.listdir(base)
     if not devices:
         return None
     found = []
     for dev in devices:
-        base = "/sys/bus/pci/devices/" + dev
-        vendor = (check.read(base + "/vendor") or "").strip().lower()
-        klass = (check.read(base + "/class") or "").strip().lower()
-        if vendor == "0x10de" and klass.startswith("0x03"):
-            found.append(dev)
+        vendor = _hex4(check.read("%s/%s/vendor" % (base, dev)))
+        if vendor in vendors:
+            found.append((dev, vendor, _hex4(check.read("%s/%s/device" % (base, dev))),
+                          _hex4(check.read("%s/%s/class" % (base, dev)))))
     return found
+
+
+def _hex4(text):
+    """'0x10de\n' -> '10de'; a class '0x030200' -> '0302'."""
+    value = (text or "").strip().lower()
+    return (value[2:] if value.startswith("0x") else value)[:4]
+
+
+def nvidia_pci_gpus(check):
+    """NVIDIA display/3D controllers on the PCI bus, or None when the bus is not readable here."""
+    found = pci_functions(check, ("10de",))
+    return None if found is None else [bdf for bdf, _, _, klass in found if klass.startswith("03")]
 
 
 def gpus_expected(check):

@@ -15,6 +15,7 @@ import re
 import shutil
 
 import checklib
+import checklib_gpu
 
 NVIDIA, MELLANOX = "10de", "15b3"
 GPU_CLASSES = ("0300", "0302")  # VGA compatible controller, 3D controller
@@ -35,16 +36,10 @@ SMI_FIELDS = ["index", "name", "pci.bus_id", "pci.device_id", "memory.total", "d
 def pci_devices(check):
     """[(bdf, vendor, device, class)] of NVIDIA and Mellanox functions: sysfs first (containers often lack
     pciutils), else `lspci -D -nn`; None when neither can be read."""
-    base = "/sys/bus/pci/devices"
-    found = []
-    names = check.listdir(base)
-    for bdf in names:
-        vendor = hex4(check.read("%s/%s/vendor" % (base, bdf)))
-        if vendor in (NVIDIA, MELLANOX):
-            found.append((bdf, vendor, hex4(check.read("%s/%s/device" % (base, bdf))),
-                          hex4(check.read("%s/%s/class" % (base, bdf)))))
-    if names:
+    found = checklib_gpu.pci_functions(check, (NVIDIA, MELLANOX))
+    if found is not None:
         return found, "sysfs"
+    found = []
     cmd = check.run(["lspci", "-D", "-nn"])
     if not cmd.ok or not cmd.out.strip():
         check.metrics["unreadable"]["pci"] = "no /sys/bus/pci/devices and %s" % cmd.why()
@@ -54,13 +49,6 @@ def pci_devices(check):
         if match and match.group(3).lower() in (NVIDIA, MELLANOX):
             found.append((match.group(1), match.group(3).lower(), match.group(4).lower(), match.group(2).lower()))
     return found, "lspci"
-
-
-def hex4(text):
-    """'0x10de\\n' -> '10de'; '0x030200' (a class) -> '0302'."""
-    value = (text or "").strip().lower()
-    value = value[2:] if value.startswith("0x") else value
-    return value[:4]
 
 
 def gpus_from_driver(check):

@@ -60,12 +60,13 @@ class CheckRunner:
     # ---- what each host is ------------------------------------------------------------------------------------
     def take_inventory(self, hosts: Iterable[str] | None = None) -> dict[str, inv.Expectations]:
         """Inventory and expectations of every host (in parallel), once per host for the runner's lifetime."""
-        todo = [h for h in (hosts if hosts is not None else self.executors) if h not in self.expectations]
+        names = list(hosts if hosts is not None else self.executors)
+        todo = [h for h in names if h not in self.expectations]
         if todo:
             with ThreadPoolExecutor(max_workers=self.workers) as pool:
                 for taken in pool.map(lambda h: inv.take(self.executors[h]), todo):
                     self.adopt(taken)
-        return {h: self.expectations[h] for h in (hosts if hosts is not None else self.executors)}
+        return {h: self.expectations[h] for h in names}
 
     def adopt(self, inventory: inv.HostInventory, expectations: inv.Expectations | None = None) -> None:
         """Use an inventory taken earlier (a resumed run's checkpoint holds it)."""

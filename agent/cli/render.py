@@ -17,6 +17,8 @@ from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
+from agent.inventory import Expectations
+
 if TYPE_CHECKING:
     from agent.report import Report
 
@@ -107,14 +109,8 @@ class ProgressView:
         self.set("searching similar past incidents (the first search loads the embedding model)")
 
     def _on_inventory(self, e: dict[str, Any]) -> None:
-        for host in e.get("hosts", []):
-            who = host["host"] + (f" ({host['hostname']})" if host.get("hostname") else "")
-            if host.get("cannot_check"):
-                self.line(f"[yellow]could not check {escape(who)}: {escape(host['cannot_check'])}[/]")
-                continue
-            used = f"profile {host['profile']}" if host.get("profile") else "expectations derived from the host"
-            self.line(f"[dim]host {escape(who)}: {escape(_clip(host.get('inventory', ''), 240))}[/]")
-            self.line(f"[dim]  judged by {escape(used)}: {escape(_clip(host.get('why', ''), 240))}[/]")
+        for host in map(Expectations.model_validate, e.get("hosts", [])):
+            self.line(f"[{'yellow' if host.cannot_check else 'dim'}]{escape(_clip(host.line(), 480))}[/]")
 
     def _on_pretriage(self, e: dict[str, Any]) -> None:
         for tool in e.get("results", []):

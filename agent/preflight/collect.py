@@ -54,9 +54,13 @@ def capped_manifest(cap_s: float = TIMEOUT_CAP_S) -> Manifest:
 
 def collect(executors: list[Executor], timeout_cap_s: float = TIMEOUT_CAP_S, workers: int = 4,
             runner: CheckRunner | None = None) -> list[HostEnv]:
-    """With the diagnosis' own `runner`, its cache keeps the later DFS from running these checks again."""
-    runner = runner or CheckRunner(executors, manifest=capped_manifest(timeout_cap_s), workers=workers)
-    results = runner.run(list(CHECKS))
+    """With the diagnosis' own `runner`, its cache keeps the later DFS from running these checks again, and only
+    the hosts it can check are asked (the others were reported once, after the inventory)."""
+    if runner is None:
+        runner = CheckRunner(executors, manifest=capped_manifest(timeout_cap_s), workers=workers)
+        results = runner.run(list(CHECKS))
+    else:
+        results = runner.run(list(CHECKS), hosts=runner.checkable())
     by_host: dict[str, dict[str, CheckResult]] = {}
     for result in results:
         by_host.setdefault(result.host, {})[result.check] = result
