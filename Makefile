@@ -95,9 +95,16 @@ BENCH_METHODS := --method aidai --method rcacopilot --method tgd --method did --
 UNSEEN_LABELS := --remove-label GPU.MEMORY.UNCORRECTABLE_ECC --remove-label INTERCONNECT_NETWORKING.SOCKET.IFNAME_MISCONFIG \
 	--remove-label INTERCONNECT_NETWORKING.PCIE.ACS_P2P_HANG
 
+# A realistic fleet (eval/CONFOUND.md): views, latent faults and multi-node jobs drawn per record for seeds 1-3
+# (files confound-1..3), and the seed-1 fleet without the causes (controls-1: nothing should be confirmed).
+CONFOUND_METHODS := --method aidai --method tgd --method cvd
+
 bench-diagnosis: install
 	$(BIN)/aidai eval --incidents $(DEV_INCIDENTS) $(BENCH_METHODS) --out $(BENCH_OUT) --tag seed
 	$(BIN)/aidai eval --incidents $(DEV_INCIDENTS) $(BENCH_METHODS) --no-seed --out $(BENCH_OUT) --tag no-history
 	$(BIN)/aidai eval --incidents $(DEV_INCIDENTS) --method aidai --no-seed --leave-one-out --out $(BENCH_OUT) \
 		--tag leave-one-out
 	$(BIN)/aidai eval --incidents $(DEV_INCIDENTS) --method aidai $(UNSEEN_LABELS) --out $(BENCH_OUT) --tag unseen
+	$(BIN)/aidai eval --incidents $(DEV_INCIDENTS) $(CONFOUND_METHODS) --confound 1,2,3 --out $(BENCH_OUT) --tag confound
+	$(BIN)/aidai eval --incidents $(DEV_INCIDENTS) $(CONFOUND_METHODS) --confound 1 --controls --out $(BENCH_OUT) \
+		--tag controls-1

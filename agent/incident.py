@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from pydantic import BaseModel, Field, field_validator
 
 MAX_TEXT_BYTES = 8 * 1024 * 1024  # more than this is a log dump: attach it as a file for pre-triage instead
@@ -16,6 +18,29 @@ class Incident(BaseModel):
     environment: str = ""
     hosts: list[str] = Field(default_factory=list)  # host specs to run checks on (local, ssh://..., sim:DIR)
     attachments: dict[str, str] = Field(default_factory=dict)  # kind -> path (logs dir, metrics CSV, host list)
+    # when it happened (a ticket's open time will do): the checks judge events against it; None = now
+    at: datetime | None = None
+
+    @field_validator("at", mode="before")
+    @classmethod
+    def _at(cls, value: datetime | str | None) -> datetime | None:
+        if value is None or isinstance(value, datetime):
+            return value
+        try:
+            return datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise IncidentError(f"the incident time {value!r} is not an ISO 8601 time "
+                                "(e.g. 2026-11-25T09:30:00Z)") from None
+
+    @field_validator("at")
+    @classmethod
+    def _at_past(cls, value: datetime | None) -> datetime | None:
+        if value is None:
+            return None
+        value = value if value.tzinfo else value.replace(tzinfo=UTC)  # a time without a zone is UTC
+        if value > datetime.now(UTC) + timedelta(minutes=5):
+            raise IncidentError(f"the incident time {value.isoformat()} is in the future")
+        return value
 
     @field_validator("text")
     @classmethod

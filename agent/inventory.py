@@ -39,6 +39,8 @@ class DriverGpu(BaseModel):
     device_id: str = ""
     memory_mib: int | None = None
     driver_version: str = ""
+    uuid: str = ""
+    serial: str = ""
 
 
 class RdmaPort(BaseModel):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from agent.graph.state import load_judgements, load_results
-from agent.inventory import Expectations
-from agent.models import CheckResult, ToolResult
+from agent.inventory import DriverGpu, Expectations, HostInventory
+from agent.models import CheckResult, Finding, ToolResult
 from agent.reasoning.base import ExplorationHypothesis, LeafJudgement, PastIncident, Usage
 from agent.taxonomy import Taxonomy
 
@@ -20,6 +21,10 @@ class RootCause(BaseModel):
     why: str
     severity: str = ""
     runbook: str = ""
+    # where it is: host, GPU (index, PCI bus id, UUID, serial) or NIC, as the checks and the inventory name it
+    where: list[str] = Field(default_factory=list)
+    lines: list[str] = Field(default_factory=list)  # the raw tool lines behind it, verbatim
+    link: str = ""  # how it is tied to the incident's own lines (agents/attribution.py)
 
 
 class PathStep(BaseModel):
@@ -34,6 +39,7 @@ class Report(BaseModel):
     resolved: bool
     pipeline: int  # 1 historical, 2 taxonomy DFS, 3 exploration (after feedback); 0 unresolved
     root_causes: list[RootCause] = Field(default_factory=list)
+    also_found: list[RootCause] = Field(default_factory=list)  # confirmed on the hosts, not this incident's cause
     explanation: str = ""
     title: str = ""
     incident: str = ""
@@ -60,8 +66,8 @@ class Report(BaseModel):
     def contract(self) -> dict[str, Any]:
         """The `--json` output: DESIGN.md's report contract first, the details after it."""
         head = {"resolved": self.resolved, "pipeline": self.pipeline,
-                "root_causes": [{"label": c.label, "confidence": c.confidence, "evidence": c.evidence}
-                                for c in self.root_causes],
+                "root_causes": [{"label": c.label, "confidence": c.confidence, "evidence": c.evidence,
+                                 "where": c.where} for c in self.root_causes],
                 "path": [f"{s.node}:{s.action}" for s in self.path if s.action not in ("rank", "start")],
                 "checks_run": self.checks_run, "check_seconds": round(self.check_seconds, 3),
                 "llm_calls": self.llm_calls, "tokens": self.tokens}
@@ -71,34 +77,89 @@ class Report(BaseModel):
 
 def _evidence_lines(judgement: LeafJudgement, results: list[CheckResult]) -> list[str]:
     """Each matched rule with the finding's own message, e.g. `xid_scan:xid_48@GPU 0000:5d (FAIL): Xid 48 ...`."""
-    messages = {(r.check, f.id, f.entity or r.host): f.message for r in results for f in r.findings}
     lines = []
     for entry in judgement.evidence.matched:
-        check, _, rest = entry.partition(":")
-        finding, _, where = rest.rpartition(" (")[0].partition("@")
-        message = messages.get((check, finding, where), "")
-        lines.append(f"{entry}: {message}" if message else entry)
+        found = _finding(entry, results)
+        lines.append(f"{entry}: {found[1].message}" if found and found[1].message else entry)
     return lines
+
+
+def _finding(entry: str, results: list[CheckResult]) -> tuple[CheckResult, Finding] | None:
+    """The result and finding behind an evidence entry `check:finding@entity (SEVERITY)`."""
+    check, _, rest = entry.partition(":")
+    finding, _, where = rest.rpartition(" (")[0].partition("@")
+    for result in results:
+        if result.check != check:
+            continue
+        for f in result.findings:
+            if f.id == finding and (f.entity or result.host) == where:
+                return result, f
+    return None
+
+
+def _locate(judgement: LeafJudgement, results: list[CheckResult],
+            inventories: dict[str, HostInventory]) -> tuple[list[str], list[str]]:
+    """Where the cause is (host, then GPU index with PCI bus id, UUID and serial from the host's inventory, or the
+    NIC / unit the finding names) and the raw lines behind it."""
+    where: list[str] = []
+    raw: list[str] = []
+    for entry in judgement.evidence.matched:
+        found = _finding(entry, results)
+        if found is None:
+            continue
+        result, finding = found
+        inventory = inventories.get(result.host)
+        host = (inventory.hostname if inventory and inventory.hostname else "") or result.host
+        place = host if result.host in (host, "") else f"{host} ({result.host})"
+        entity = finding.entity if finding.entity and finding.entity != result.host else ""
+        gpu = _gpu(entity, inventory)
+        if gpu is not None:
+            ids = ", ".join(part for part in (f"PCI {gpu.bus_id}" if gpu.bus_id else "",
+                                              gpu.uuid, f"serial {gpu.serial}" if gpu.serial else "") if part)
+            entity = f"GPU {gpu.index}" + (f" ({ids})" if ids else "")
+        where.append(f"{place}: {entity}" if entity else place)
+        if finding.raw_line:
+            raw.append(f"{result.host}: {finding.raw_line.strip()}"[:400])
+    return list(dict.fromkeys(where)), list(dict.fromkeys(raw))[:10]
+
+
+def _gpu(entity: str, inventory: HostInventory | None) -> DriverGpu | None:
+    match = re.fullmatch(r"GPU\s?(\d{1,2})", entity.strip(), re.IGNORECASE)
+    if not match or inventory is None:
+        return None
+    return next((g for g in inventory.gpus if g.index == int(match.group(1))), None)
+
+
+def _cause(judgement: LeafJudgement, taxonomy: Taxonomy, results: list[CheckResult],
+           inventories: dict[str, HostInventory], link: str) -> RootCause:
+    node = taxonomy.node(judgement.label)
+    where, raw = _locate(judgement, results, inventories)
+    return RootCause(label=judgement.label, confidence=judgement.confidence,
+                     evidence=_evidence_lines(judgement, results), why=judgement.why, severity=node.severity,
+                     runbook=node.runbook, where=where, lines=raw, link=link)
 
 
 def build_report(run_id: str, state: dict[str, Any], taxonomy: Taxonomy, *, usage: Usage | None = None,
                  reasoner: str = "offline", wall_s: float = 0.0) -> Report:
     conclusion = state.get("conclusion") or {}
-    confirmed = [LeafJudgement.model_validate(j) for j in conclusion.get("root_causes", [])]
     results = sorted(load_results(state), key=lambda r: (r.host, r.check))  # type: ignore[arg-type]
-    causes = []
-    for judgement in confirmed:
-        node = taxonomy.node(judgement.label)
-        causes.append(RootCause(label=judgement.label, confidence=judgement.confidence,
-                                evidence=_evidence_lines(judgement, results), why=judgement.why,
-                                severity=node.severity, runbook=node.runbook))
+    inventories = {host: HostInventory.model_validate(saved["inventory"])
+                   for host, saved in state.get("inventory", {}).items()}
+    links = conclusion.get("links") or {}
+
+    def causes_of(key: str) -> list[RootCause]:
+        return [_cause(LeafJudgement.model_validate(j), taxonomy, results, inventories, links.get(j["label"], ""))
+                for j in conclusion.get(key, [])]
+
+    causes = causes_of("root_causes")
     summary = state.get("summary") or {}
     incident = state.get("incident") or {}
     hosts = sorted({r.host for r in results} | set(state.get("inventory", {})))
     usage = usage or Usage()
     return Report(
         run_id=run_id, resolved=bool(conclusion.get("resolved")), pipeline=int(conclusion.get("pipeline", 0)),
-        root_causes=causes, explanation=str(conclusion.get("explanation", "")), title=summary.get("title", ""),
+        root_causes=causes, also_found=causes_of("also_found"), explanation=str(conclusion.get("explanation", "")),
+        title=summary.get("title", ""),
         incident=incident.get("text", ""), environment=incident.get("environment", ""), hosts=hosts,
         inventory=[Expectations.model_validate(saved["expectations"]) for saved in state.get("inventory", {}).values()],
         path=[PathStep.model_validate(step) for step in state.get("path", [])],

@@ -38,6 +38,7 @@ def ticket_data(report: Report, hostnames: list[str] | None = None, redactor: Re
         # what each host is and what it was judged by; the hosts nothing could be checked on, and why
         "host_inventory": [e.model_dump(mode="json", exclude={"values"}) for e in report.inventory],
         "root_causes": [c.model_dump(mode="json") for c in report.root_causes],
+        "also_found": [c.model_dump(mode="json") for c in report.also_found],
         "conclusion": report.explanation,
         "hypotheses_tested": [{"label": j.label, "status": j.status, "confidence": j.confidence, "why": j.why}
                               for j in report.hypotheses],
@@ -89,8 +90,17 @@ def render_markdown(data: dict[str, Any]) -> str:
         for i, cause in enumerate(data["root_causes"], 1):
             out.append(f"{i}. **{cause['label']}** (confidence {cause['confidence']:.2f}, {cause['severity']}): "
                        f"{cause['why']}")
+            out += [f"   - where: {'; '.join(cause['where'])}"] if cause.get("where") else []
             out += [f"   - evidence: `{line}`" for line in cause["evidence"]]
+            out += [f"   - line: `{line}`" for line in cause.get("lines", [])]
         out += ["", data["conclusion"], ""]
+    if data.get("also_found"):
+        out += ["## Also found on the hosts (not the cause of this incident)", ""]
+        for cause in data["also_found"]:
+            where = f" on {'; '.join(cause['where'])}" if cause.get("where") else ""
+            out.append(f"- **{cause['label']}**{where}: {cause.get('link', '')}")
+            out += [f"   - evidence: `{line}`" for line in cause["evidence"]]
+        out.append("")
     else:
         out += ["## No root cause confirmed", ""]
         out += ["The checks below ran and none confirmed a known cause; the provider needs to look at what they "

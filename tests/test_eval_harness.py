@@ -1,6 +1,7 @@
 """The benchmark harness (eval/harness, `aidai eval`): metrics math on hand-made rows, fake methods through the
 runner (a perfect one, one that always escalates, ones that raise or kill their worker), the unseen-label
-taxonomy, and one end-to-end CLI run of AidAI on simulated hosts; the records are written here."""
+taxonomy, faithful CVD on simulated hosts, false confirmations, controls and the per-view / per-node breakdowns,
+neutral scenario paths, and one end-to-end CLI run of AidAI on simulated hosts; the records are written here."""
 
 from __future__ import annotations
 
@@ -12,12 +13,16 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from agent.checks.manifest import load_manifest
 from agent.cli.main import app
+from agent.reasoning.base import Evidence, LeafJudgement
+from agent.reasoning.offline import OfflineReasoner
+from agent.report import Report, RootCause
 from agent.taxonomy import load_taxonomy
-from eval.harness.methods import Env, Outcome
+from eval.harness.methods import CVD, Env, Outcome, primary_evidence, scenario_root
 from eval.harness.metrics import compute_metrics, unseen_metrics
 from eval.harness.problems import Problem, RecordsError, load_problems, remove_labels
-from eval.harness.report import markdown
+from eval.harness.report import markdown, summary_line
 from eval.harness.runner import RunConfig, run_benchmark
 
 ECC = "GPU.MEMORY.UNCORRECTABLE_ECC"
@@ -133,6 +138,95 @@ def test_pipeline_shares_errors_and_efficiency() -> None:
     assert compute_metrics([row(ECC, ECC)])["pipeline_share"] is None  # one-shot methods have no pipelines
 
 
+def test_false_confirmations_controls_and_breakdowns_by_view_and_nodes() -> None:
+    rows = [row(ECC, ECC, evidence="strong"),  # right, bare metal by default, one node by default
+            row(REMAP, ECC, evidence="strong", view="vm"),  # wrong with strong evidence: a false confirmation
+            row(NVLINK, FAULTY, evidence="weak", view="vm", nodes=16),  # wrong, but only weak evidence
+            row(NVLINK, None, view="container", nodes=2),
+            row(ECC, ECC, evidence="strong", control=True, nodes=2),  # a control that still names a cause
+            row(NVLINK, None, control=True, view="vm", nodes=16)]  # a control left alone: right
+    m = compute_metrics(rows)
+    assert m["n"] == 6 and m["scored"] == 4
+    assert m["false_confirmations"] == 1 and m["false_confirmation_rate"] == 0.25
+    assert m["controls"] == 2 and m["controls_confirmed"] == 0.5 and m["controls_confirmed_n"] == 1
+    assert m["controls_confirmed_strong"] == 0.5
+    # P/R/F1 leave the controls out: TP 1, FP 2, FN 3 over the four incidents with a cause
+    assert m["leaf"]["micro_precision"] == pytest.approx(1 / 3, abs=1e-4)
+    assert m["leaf"]["micro_recall"] == 0.25 and m["resolved"] == 0.75
+    assert m["misses"][-1]["outcome"] == "control confirmed (strong evidence)"
+    assert list(m["by_view"]) == ["bare-metal", "container", "vm"]
+    vm = m["by_view"]["vm"]
+    assert vm["n"] == 3 and vm["scored"] == 2 and vm["leaf_micro_f1"] == 0.0
+    assert vm["false_confirmations"] == 1 and vm["false_confirmation_rate"] == 0.5 and vm["controls_confirmed"] == 0.0
+    bare = m["by_view"]["bare-metal"]
+    assert bare["leaf_micro_f1"] == 1.0 and bare["controls_confirmed"] == 1.0
+    assert list(m["by_nodes"]) == ["1", "2", "16"]  # by size, not by name
+    assert m["by_nodes"]["1"]["n"] == 2 and m["by_nodes"]["1"]["false_confirmations"] == 1
+    assert m["by_nodes"]["2"]["leaf_micro_f1"] == 0.0 and m["by_nodes"]["2"]["controls_confirmed"] == 1.0
+    assert m["by_nodes"]["16"]["controls"] == 1 and m["by_nodes"]["16"]["controls_confirmed"] == 0.0
+
+
+def test_a_run_of_only_controls_scores_controls_and_renders() -> None:
+    rows = [row(ECC, ECC, evidence="none", control=True), row(NVLINK, None, control=True),
+            row(REMAP, FAULTY, evidence="strong", control=True, check_s=733.0, active_check_s=655.0)]
+    m = compute_metrics(rows)
+    assert m["n"] == 3 and m["scored"] == 0 and m["controls_confirmed"] == pytest.approx(2 / 3, abs=1e-4)
+    assert m["false_confirmations"] == 0 and m["false_confirmation_rate"] is None  # nothing had a cause to get wrong
+    assert m["leaf"]["micro_f1"] is None and m["per_category"] == {} and m["resolved"] is None
+    assert m["check_seconds_per_incident"] == 733.0 and m["active_check_seconds_per_incident"] == 655.0
+    meta = {"date": "d", "commit": "c", "command": "x", "incidents": "f", "n": 3, "history": "h", "llm": "offline",
+            "workers": 0, "wall_s": 1}
+    text = markdown("controls", {"cvd": m}, meta)
+    assert "| cvd | 3 | 0 | undefined |" in text and "| undefined (0) | 0.667 (2/3) |" in text
+    assert "## Per view" in text and "| bare-metal | cvd | 3 | 0 | undefined | undefined (0) | 0.667 (2/3) |" in text
+    assert "## Per node count" in text
+    assert "controls confirmed 0.667 (2/3)" in summary_line("cvd", m)
+
+
+def test_evidence_of_the_primary_root_cause_comes_from_its_confirming_judgement() -> None:
+    def judged(label: str, status: str, strength: str) -> LeafJudgement:
+        return LeafJudgement(label=label, status=status, confidence=0.9, why="",  # type: ignore[arg-type]
+                             evidence=Evidence(strength=strength))  # type: ignore[arg-type]
+
+    report = Report(run_id="r", resolved=True, pipeline=2,
+                    root_causes=[RootCause(label=ECC, confidence=0.9, evidence=[], why=""),
+                                 RootCause(label=REMAP, confidence=0.5, evidence=[], why="")],
+                    hypotheses=[judged(ECC, "inconclusive", "unknown"), judged(REMAP, "confirmed", "weak"),
+                                judged(ECC, "confirmed", "strong")])
+    assert primary_evidence(report) == "strong"
+    assert primary_evidence(report.model_copy(update={"hypotheses": [judged(ECC, "confirmed", "unknown")]})) == "none"
+    assert primary_evidence(Report(run_id="r", resolved=False, pipeline=0)) is None
+
+
+def test_scenario_paths_never_carry_the_incident_id() -> None:
+    ids = ["dev-0007-deepspeed_bug", "t-ecc", "a/b:c"]
+    roots = {(method, i): scenario_root(Path("/w"), method, Problem({"id": i, "label": ECC}))
+             for method in ("aidai", "cvd", "tests.mod:Fake") for i in ids}
+    assert len(set(roots.values())) == len(roots)  # unique per (method, incident)
+    for (method, i), root in roots.items():
+        assert root.parent == Path("/w")
+        assert i not in str(root) and "deepspeed" not in str(root) and method not in root.name
+    assert roots[("cvd", "t-ecc")] == scenario_root(Path("/w"), "cvd", Problem({"id": "t-ecc", "label": ECC}))
+
+
+# ---- faithful CVD on simulated hosts -----------------------------------------------------------------------------
+def test_cvd_runs_every_check_active_ones_included_on_every_host_then_chooses_once(tmp_path: Path) -> None:
+    taxonomy = load_taxonomy()
+    problem = Problem({**RECORDS[1], "hosts": ["node-1", "node-2"]})
+    hosts = problem.materialize(scenario_root(tmp_path, "cvd", problem))
+    env = Env(taxonomy=taxonomy, offline=OfflineReasoner(taxonomy), hosts=hosts, data_dir=str(tmp_path),
+              retrieval=None)  # type: ignore[arg-type]  # CVD retrieves no history
+    outcome = CVD().diagnose(problem, env)
+    checks = load_manifest().checks
+    active = [c for c in checks if c.tier != "passive"]
+    assert active  # the manifest has active checks, and CVD runs them (approved)
+    assert outcome.checks["checks_run"] == 2 * len(checks) and outcome.checks["active_checks"] == 2 * len(active)
+    assert outcome.checks["check_s"] == pytest.approx(2 * sum(c.expected_cost_s for c in checks))
+    assert outcome.checks["active_check_s"] == pytest.approx(2 * sum(c.expected_cost_s for c in active))
+    assert outcome.predicted == NVLINK and outcome.confirmed == [NVLINK] and outcome.evidence == "strong"
+    assert outcome.usage["llm_calls"] == 0 and outcome.pipeline is None
+
+
 # ---- fake methods through the runner ---------------------------------------------------------------------------
 def test_perfect_scores_one_and_escalating_has_recall_zero_and_undefined_precision(tmp_path: Path) -> None:
     result = run_benchmark(config(tmp_path, [spec(Perfect), spec(Escalate)]), problems())
@@ -226,7 +320,7 @@ def test_cli_json_end_to_end_with_history_leave_one_out_and_a_removed_label(tmp_
     assert ecc_after["predicted"] != ECC  # the label does not exist any more: a sibling, something else, or none
     rows = [json.loads(line) for line in (out / "e2e.rows.jsonl").read_text().splitlines()]
     nvlink = next(r for r in rows if r["id"] == "t-nvlink")
-    assert nvlink["predicted"] == NVLINK and nvlink["checks_run"] > 0
+    assert nvlink["predicted"] == NVLINK and nvlink["checks_run"] > 0 and nvlink["evidence"] == "strong"
     # leave-one-out: its own record (in the DB, similarity 1) is never retrieved, and the ECC past incidents are
     # hidden with their label, so pipeline 1 has nothing to test and the taxonomy walk finds it
     assert nvlink["pipeline"] == 2 and not any(step.startswith("p1 ") for step in nvlink["path"])
@@ -263,14 +357,17 @@ def test_openai_reasoner_through_the_harness_counts_calls_and_tokens_per_inciden
     with OpenAIStub() as stub:
         stub.responder = lambda request: json.dumps(
             _most_credulous(request["response_format"]["json_schema"]["schema"]))
-        result = run_benchmark(config(tmp_path, ["did", "aidai"], llm="openai", base_url=stub.base_url,
+        result = run_benchmark(config(tmp_path, ["did", "aidai", "cvd"], llm="openai", base_url=stub.base_url,
                                       model=stub.model), problems())
     rows = {(r["method"], r["id"]): r for r in result.rows}
     assert all(r["error"] is None for r in result.rows), [r["error"] for r in result.rows]
     for record in RECORDS:
-        did, ours = rows[("did", record["id"])], rows[("aidai", record["id"])]
+        did, ours, cvd = (rows[(m, record["id"])] for m in ("did", "aidai", "cvd"))
         assert did["llm_calls"] == 1 and did["tokens_in"] > 0 and did["checks_run"] == 0  # one choice, no checks
         assert ours["llm_calls"] > 1 and ours["tokens_out"] > 0
         assert ours["predicted"] == record["label"]  # the credulous model confirms everything; evidence decides
+        # CVD: every check first, then one call; the stub takes the first offered leaf, and the evidence leads
+        assert cvd["llm_calls"] == 1 and cvd["active_checks"] > 0 and cvd["predicted"] == record["label"]
+        assert cvd["evidence"] == "strong" and did["evidence"] is None
     metrics = compute_metrics([r for r in result.rows if r["method"] == "did"])
     assert metrics["llm_calls_per_incident"] == 1.0 and metrics["tokens_in_per_incident"] > 0

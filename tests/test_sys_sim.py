@@ -150,12 +150,15 @@ def test_no_bmc_device_and_no_checkpoint_dir_give_unknown(tmp_path: Path) -> Non
 def test_fault_params_are_validated() -> None:
     from agent.sim.faults import FaultError
 
-    for spec in ({"fault": "driver.known_bug", "version": "535.161.08"},
+    for spec in ({"fault": "driver.known_bug", "version": "latest"},
                  {"fault": "driver.cuda_too_old", "driver": "535.161.08", "cuda": "12.1"},
                  {"fault": "user.shm_small", "size": "8G"}, {"fault": "cuda.arch_unsupported", "arch": "ampere"},
-                 {"fault": "fw.nccl_regression", "version": "2.18.5"}):
+                 {"fault": "fw.nccl_regression", "version": "two"}):
         with pytest.raises(FaultError):
             build_hosts([spec], [])
+    # a release no catalogue lists as bad is still a real case: it renders as named (FAULTS.md)
+    (host,) = build_hosts([{"fault": "fw.nccl_regression", "version": "2.18.3"}], [])
+    assert host.software.nccl == "2.18.3"
 
 
 # ---- the simulated torch and the renderers ------------------------------------------------------------------------

@@ -85,7 +85,7 @@ MESSAGES = {
 
 
 def body(check):
-    window = max(float(check.params.get("window_s", DEFAULT_WINDOW_S)), MIN_WINDOW_S)
+    since, until = check.window(DEFAULT_WINDOW_S, MIN_WINDOW_S)
     cmd = check.run(["ipmitool", "sel", "elist"], timeout=50)
     if cmd.missing:
         check.unknown("ipmitool not found: cannot read the BMC event log")
@@ -97,10 +97,9 @@ def body(check):
     check.metrics["sel_entries"] = len(events)
     if not events and "no entries" not in cmd.text.lower() and cmd.out.strip():
         check.unknown("unparseable ipmitool sel elist output: %s" % checklib.first_line(cmd.out))
-    now = time.time()
     recent, hot, shutdowns = [], [], []
     for epoch, sensor, event, direction, raw in events:
-        in_window = epoch is not None and epoch >= now - window
+        in_window = epoch is not None and since <= epoch <= until
         if in_window and direction.lower().startswith("asserted") and SHUTDOWN.search(event):
             shutdowns.append(epoch)
         kind = classify(sensor, event, direction)
@@ -108,7 +107,8 @@ def body(check):
             continue
         message = MESSAGES[kind] % (sensor, event)
         if not in_window:
-            when = "before the window" if epoch is not None else "at an unknown time (Pre-Init)"
+            when = ("at an unknown time (Pre-Init)" if epoch is None else "before the incident's window (history)"
+                    if epoch < since else "after the incident")
             check.info(kind, sensor, "%s, %s" % (message, when), raw)
             continue
         recent.append(kind)
@@ -134,7 +134,8 @@ def body(check):
             check.warn("thermal_critical", sensor, "critical temperature without a shutdown: %s %s"
                        % (sensor, event), raw)
     check.metrics["critical_events"] = len(recent)
-    check.finish("no critical SEL events in the last %d h (%d entries)" % (window // 3600, len(events)))
+    check.finish("no critical SEL events in the %d h before the incident (%d entries)"
+                 % ((until - since - checklib.AFTER_INCIDENT_S) // 3600, len(events)))
 
 
 if __name__ == "__main__":

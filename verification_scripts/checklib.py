@@ -104,6 +104,9 @@ class Cmd(object):
         return "%s exited %s: %s" % (name, self.rc, first_line(self.err or self.out))
 
 
+AFTER_INCIDENT_S = 3600.0
+
+
 class Check(object):
     """Collects findings and metrics for one check and prints the evidence object."""
 
@@ -122,6 +125,21 @@ class Check(object):
         self.cmds = []
         self.raw = []
         self.targets = []
+
+    # ---- time ------------------------------------------------------------------------------
+    def incident_time(self):
+        """When the incident happened (params incident_at, epoch seconds), else now: events are judged against
+        it, not against the moment the check runs, which may be hours or days later."""
+        value = self.params.get("incident_at")
+        return float(value) if isinstance(value, (int, float)) else time.time()
+
+    def window(self, default_s, minimum_s=0.0):
+        """(since, until) epoch bounds of the events that belong to the incident: `window_s` (params, default
+        `default_s`, at least `minimum_s`) before it, up to AFTER_INCIDENT_S after it (trailing errors, and an
+        incident time that is a ticket's open time rather than the failure's). Older events are history."""
+        window = max(float(self.params.get("window_s", default_s) or default_s), minimum_s)
+        at = self.incident_time()
+        return at - window, at + AFTER_INCIDENT_S
 
     # ---- expectations ---------------------------------------------------------------------
     def expect(self, key, kind=float):

@@ -186,3 +186,62 @@ def parse_nvbandwidth(text):
         if match and current["columns"]:
             current["rows"][int(match.group(1))] = [None if v == "N/A" else float(v) for v in match.group(2).split()]
     return tests
+
+
+# ---- dating counters ----------------------------------------------------------------------------------------
+XID_LINE_RE = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F:.]+)\): (\d+)")
+
+
+def date_by_xids(check, xids_for, bus_of):
+    """A counter says how many, not when: date each FAIL finding whose id is in `xids_for` by the newest Xid line
+    of those codes for its GPU in the kernel log since boot (`bus_of(entity)` gives the GPU's bus id). When that
+    Xid is older than the incident's window and none falls inside it, the finding becomes INFO `<id>_history`: an
+    old problem the GPU still carries, not this incident's evidence. An undated finding (no readable log, no Xid
+    line for it) stays as it is."""
+    import checklib_logs  # only the checks that date counters read the kernel log
+
+    dated = [f for f in check.findings if f["severity"] == "FAIL" and f["id"] in xids_for]
+    if not dated:
+        return
+    since, until = check.window(7200)
+    lines, _ = checklib_logs.kernel_log(check, since_epoch=0, until_epoch=until)
+    if not lines:
+        return
+    boot = checklib_logs.boot_epoch(check)
+    newest = {}  # (bus, xid) -> epoch of its newest line
+    for stamp, text in lines:
+        match = XID_LINE_RE.search(text)
+        if not match:
+            continue
+        stamp = stamp if stamp is not None else checklib_logs.line_epoch(text, boot)
+        if stamp is not None:
+            key = (short_bus(match.group(1)), int(match.group(2)))
+            newest[key] = max(newest.get(key, stamp), stamp)
+    for finding in dated:
+        bus = short_bus(bus_of(finding["entity"]) or "")
+        times = [t for (b, x), t in newest.items() if b == bus and x in xids_for[finding["id"]]]
+        if not times or max(times) >= since:
+            continue
+        finding["severity"] = "INFO"
+        finding["id"] += "_history"
+        finding["message"] += ("; its newest Xid is %.0f h before the incident and none is within the incident's "
+                               "window: an old problem this GPU still carries, not this incident's evidence"
+                               % ((check.incident_time() - max(times)) / 3600.0))
+
+
+MEMORY_XIDS = (48, 63, 64, 94, 95)  # DBE, row remapping, contained/uncontained ECC (NVIDIA Xid catalogue)
+
+
+def date_gpu_findings(check, xids_for):
+    """date_by_xids for findings whose entity is `GPU<index>` (NVML index, mapped to the bus id by nvidia-smi)."""
+    if not any(f["severity"] == "FAIL" and f["id"] in xids_for for f in check.findings):
+        return
+    index_of, _ = gpu_index_map(check)
+    bus_of = {"GPU%d" % index: bdf for bdf, index in index_of.items() if ":" in bdf}
+    date_by_xids(check, xids_for, bus_of.get)
+
+
+def short_bus(address):
+    """'00000000:AB:00.0' / '0000:ab:00' -> 'ab:00' (the driver's lines drop the domain width and function)."""
+    match = re.search(r"([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.[0-7])?$", address.strip())
+    return ("%s:%s" % match.groups()).lower() if match else address.lower()

@@ -7,23 +7,25 @@ import time
 from checklib import first_line, to_float
 
 
-def kernel_log(check, since_epoch=None):
-    """Kernel log lines as (epoch_seconds or None, text), newest source first.
+def kernel_log(check, since_epoch=None, until_epoch=None):
+    """Kernel log lines as (epoch_seconds or None, text), newest source first, within the incident's window
+    (check.window: 2 h before the incident time by default, up to an hour after it).
 
-    journalctl -k (with --since) is preferred, then dmesg with ISO time, then kern.log/syslog.
+    journalctl -k (with --since/--until) is preferred, then dmesg with ISO time, then kern.log/syslog.
     Returns (lines, source) or (None, reason) when no source is readable.
     """
-    if since_epoch is None:
-        since_epoch = time.time() - float(check.params.get("window_s", 7200))
-    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since_epoch))
-    cmd = check.run(["journalctl", "-k", "--no-pager", "-o", "short-iso", "--since", since], timeout=60)
+    since_default, until_default = check.window(7200)
+    since = since_default if since_epoch is None else since_epoch
+    until = until_default if until_epoch is None else until_epoch
+    cmd = check.run(["journalctl", "-k", "--no-pager", "-o", "short-iso", "--since", stamp(since),
+                     "--until", stamp(until)], timeout=60)
     if journal_readable(cmd):
         return [(iso_epoch(line), line) for line in cmd.out.splitlines() if line.strip()], "journalctl -k"
     reasons = [journal_why(cmd)]
     cmd = check.run(["dmesg", "--time-format", "iso"], timeout=60)
     if cmd.ok:
         lines = [(iso_epoch(line), line) for line in cmd.out.splitlines() if line.strip()]
-        return [(t, text) for t, text in lines if t is None or t >= since_epoch], "dmesg"
+        return [(t, text) for t, text in lines if t is None or since <= t <= until], "dmesg"
     reasons.append(cmd.why())
     for path in ("/var/log/kern.log", "/var/log/syslog", "/var/log/messages"):
         text = check.read(path)
@@ -31,6 +33,10 @@ def kernel_log(check, since_epoch=None):
             return [(None, line) for line in text.splitlines() if line.strip()], path
     reasons.append("no readable kern.log/syslog/messages")
     return None, "; ".join(reasons)
+
+
+def stamp(epoch):
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(max(epoch, 0)))
 
 
 # journalctl run without the adm/systemd-journal group shows only the caller's own messages: an empty kernel

@@ -160,6 +160,8 @@ def body(check):
         line = first_error_line(result.get("error", ""))
         kind, severity = checklib_gpu.classify_cuda_error(line)
         check.finding(kind, severity, entity, "%s: %s" % (entity, line), line)
+    # the GPU still fails with an ECC error, but the error may be weeks old: dated by its Xid lines
+    checklib_gpu.date_gpu_findings(check, {"ecc_uncorrectable": checklib_gpu.MEMORY_XIDS})
     check.metrics["ok"] = ok
     check.metrics["failed_gpus"] = [i for i in range(count) if not (results.get(i) or {}).get("ok")]
     expected = check.expect("gpu_count", int)

@@ -10,6 +10,7 @@ import json
 import re
 
 import checklib
+import checklib_gpu
 
 CONFIG_TESTS = {"persistence mode", "environment variables", "environmental variables", "graphics processes",
                 "denylist", "blacklist", "permissions and os blocks", "permissions and os-related blocks"}
@@ -153,6 +154,9 @@ def judge(check, results):
             check.warn("diag_warning", who, "DCGM %s warning on %s%s" % (test, who, ": " + messages if messages
                                                                         else ""), messages)
     check.metrics["failed_tests"] = sorted(set(failed))
+    # a memory test fails on a GPU that still carries an old ECC error: dated by its Xid lines
+    checklib_gpu.date_gpu_findings(check, {test: checklib_gpu.MEMORY_XIDS for test in (
+        "diag_memory", "diag_gpu_memory", "diag_page_retirement_row_remap", "diag_deployment_memory")})
 
 
 if __name__ == "__main__":

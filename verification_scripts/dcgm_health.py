@@ -9,6 +9,7 @@ import json
 import re
 
 import checklib
+import checklib_gpu
 
 RANK = {"Healthy": 0, "Warning": 1, "Failure": 2}
 ROW_RE = re.compile(r"^\| (.{0,26}?)\s*\| (.*?)\s*\|$")
@@ -93,7 +94,10 @@ def body(check):
             check.fail(slug, entity, text, message)
         elif health == "Warning":
             check.warn(slug, entity, text, message)
-    if overall == "Failure" and not any(f["severity"] == "FAIL" for f in check.findings):
+    # DCGM's memory watch counts the same volatile ECC errors nvidia-smi does: dated by the same Xid lines
+    checklib_gpu.date_gpu_findings(check, {"dcgm_memory": checklib_gpu.MEMORY_XIDS})
+    if overall == "Failure" and not any(f["severity"] == "FAIL" or f["id"].endswith("_history")
+                                        for f in check.findings):
         check.fail("dcgm_failure", check.host, "DCGM overall health: Failure")
     elif overall == "Warning" and not check.findings:
         check.warn("dcgm_warning", check.host, "DCGM overall health: Warning")

@@ -4,6 +4,11 @@ threshold, retired pages on page-retirement GPUs, InfoROM corruption.
 
 Counters come from the query CSV (by field name) and `nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT`;
 a GPU whose counters cannot be read (truncated or N/A output) leaves the check UNKNOWN, never PASS.
+
+A counter says how many, not when. Uncorrectable ECC counts and a pending row remap are dated by the driver's
+Xid lines for that GPU in the kernel log since boot: when the newest of them is older than the incident's window
+and none falls inside it, the counter is history (INFO: an old problem the GPU still carries, not this
+incident's evidence). An undated counter (no readable log, or no Xid line for it) stays evidence.
 """
 
 import re
@@ -17,6 +22,9 @@ CSV_FIELDS = ["index", "pci.bus_id", "ecc.mode.current", "ecc.errors.uncorrected
               "ecc.errors.corrected.aggregate.dram"]
 REMAP_FIELDS = ["gpu_bus_id", "remapped_rows.correctable", "remapped_rows.uncorrectable", "remapped_rows.pending",
                 "remapped_rows.failure"]
+# the Xids the driver prints for the events these counters count (NVIDIA Xid catalogue: 48 DBE, 63/64 row
+# remapping, 94/95 contained/uncontained ECC)
+DATING_XIDS = {"ecc_uncorrectable": checklib_gpu.MEMORY_XIDS, "row_remap_pending": checklib_gpu.MEMORY_XIDS}
 INFOROM_RE = re.compile(r"infoROM is corrupted at gpu ([0-9a-fA-F:.]+)", re.IGNORECASE)
 ATTACHED_RE = re.compile(r"^Attached GPUs\s*:\s*(\d+)", re.MULTILINE)
 # thresholds: DCGM hardware limits, Azure NHC, ml-engineering (see research memo check 4)
@@ -128,6 +136,7 @@ def body(check):
                                                              "retired_dbe", "retired_pending"}}
     for bdf, counters in sorted(readable.items(), key=lambda kv: names.get(kv[0], kv[0])):
         judge(check, names.get(bdf, bdf), counters)
+    checklib_gpu.date_by_xids(check, DATING_XIDS, {names.get(b, b): b for b in readable}.get)
     check.metrics.update({
         "gpus_read": len(readable), "gpus_expected": expected,
         "volatile_uncorrected": {names.get(b, b): c.get("volatile_uncorrected") for b, c in readable.items()},

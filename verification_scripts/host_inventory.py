@@ -30,7 +30,7 @@ HYPERVISOR_VENDORS = ("qemu", "kvm", "vmware", "xen", "amazon ec2", "google", "i
 CONTAINER_CGROUP_RE = re.compile(r"docker|kubepods|containerd|libpod|lxc|crio", re.IGNORECASE)
 MODULE_RE = re.compile(r"Kernel Module\s+(\d+\.\d+(?:\.\d+)?)")
 CUDA_RE = re.compile(r"CUDA Version:\s*(\d+\.\d+)")
-SMI_FIELDS = ["index", "name", "pci.bus_id", "pci.device_id", "memory.total", "driver_version"]
+SMI_FIELDS = ["index", "name", "pci.bus_id", "pci.device_id", "memory.total", "driver_version", "uuid", "serial"]
 
 
 def pci_devices(check):
@@ -60,7 +60,8 @@ def gpus_from_driver(check):
         device = device[2:6] if device.startswith("0x") else device[:4]
         gpus.append({"index": checklib.to_int(row["index"]), "name": row["name"], "bus_id": row["pci.bus_id"],
                      "device_id": device, "memory_mib": checklib.to_int(row["memory.total"]),
-                     "driver_version": row["driver_version"]})
+                     "driver_version": row["driver_version"], "uuid": row["uuid"],
+                     "serial": "" if row["serial"] in ("[N/A]", "N/A") else row["serial"]})
     if not gpus:
         check.metrics["unreadable"]["nvidia-smi"] = cmd.why() if not cmd.ok else "no GPU rows in its answer"
     return gpus, cmd

@@ -8,7 +8,6 @@ corrected errors WARNs; a few corrected errors are normal.
 """
 
 import re
-import time
 
 import checklib
 import checklib_logs
@@ -48,9 +47,9 @@ def read_edac(check):
 
 
 def body(check):
-    window = max(float(check.params.get("window_s", DEFAULT_WINDOW_S)), MIN_WINDOW_S)
+    since, until = check.window(DEFAULT_WINDOW_S, MIN_WINDOW_S)
     edac = read_edac(check)
-    lines, source = checklib_logs.kernel_log(check, since_epoch=time.time() - window)
+    lines, source = checklib_logs.kernel_log(check, since_epoch=since, until_epoch=until)
     if edac is None and lines is None:
         check.unknown("no EDAC sysfs counters and no readable kernel log (%s)" % source)
     if edac is None:

@@ -46,10 +46,10 @@ def syslog_epoch(line, now):
     return None
 
 
-def log_lines(check, since):
+def log_lines(check, since, until):
     """(epoch or None, line) from the journal, else syslog files, else the kernel ring buffer."""
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
-    cmd = check.run(["journalctl", "--no-pager", "-o", "short-iso", "--since", stamp, "-t", "systemd-networkd",
+    cmd = check.run(["journalctl", "--no-pager", "-o", "short-iso", "--since", checklib_logs.stamp(since),
+                     "--until", checklib_logs.stamp(until), "-t", "systemd-networkd",
                      "-t", "NetworkManager", "-t", "kernel"], timeout=60)
     if checklib_logs.journal_readable(cmd):
         return [(checklib_logs.iso_epoch(line), line) for line in cmd.out.splitlines() if line.strip()], "journalctl"
@@ -62,7 +62,7 @@ def log_lines(check, since):
             lines += [(syslog_epoch(line, now), line) for line in text.splitlines() if line.strip()]
     if sources:
         return lines, ",".join(sources)
-    kernel, source = checklib_logs.kernel_log(check, since)
+    kernel, source = checklib_logs.kernel_log(check, since, until)
     return (kernel, source) if kernel is not None else (None, "%s; %s" % (checklib_logs.journal_why(cmd), source))
 
 
@@ -97,10 +97,10 @@ def judge_counters(check, ports):
     return True
 
 
-def judge_logs(check, lines, since, rails):
+def judge_logs(check, lines, since, until, rails):
     flaps, modules, benign = {}, {}, 0
     for epoch, line in lines:
-        if epoch is not None and epoch < since:
+        if epoch is not None and not since <= epoch <= until:
             continue
         if BENIGN_RE.search(line):
             benign += 1
@@ -129,16 +129,15 @@ def judge_logs(check, lines, since, rails):
 
 
 def body(check):
-    window = max(float(check.params.get("window_s", FLAP_WINDOW_S)), FLAP_WINDOW_S)
-    since = time.time() - window
+    since, until = check.window(FLAP_WINDOW_S, FLAP_WINDOW_S)
     ports = checklib_net.rdma_ports(check)
     rails = {}
     for port in checklib_net.data_ports(ports, check.profile):
         for netdev in port["netdevs"]:
             rails[netdev] = port["dev"]
-    lines, source = log_lines(check, since)
+    lines, source = log_lines(check, since, until)
     if lines is not None:
-        judge_logs(check, lines, since, rails)
+        judge_logs(check, lines, since, until, rails)
     have_counters = judge_counters(check, ports)
     if lines is None and not have_counters:
         check.unknown("no link log and no port counters readable: %s" % source)

@@ -30,12 +30,12 @@ JOB_ID = re.compile(r"\bJOB (\d+)|\[(\d+)\.(?:batch|extern|\d+)\]|\b[Jj]ob[ _]?(
 SYSLOG_IDENT = re.compile(r"^\S+ \S+ ([\w.@/-]+?)(?:\[\d+\])?: ")
 
 
-def journal_lines(check, window):
+def journal_lines(check, since, until):
     """([(epoch or None, ident, text)], sources, why) from journalctl or syslog, plus slurmd log files."""
-    since = time.time() - window
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
     out, sources = [], []
-    cmd = check.run(["journalctl", "--no-pager", "-o", "short-iso", "--since", stamp], timeout=90)
+    cmd = check.run(["journalctl", "--no-pager", "-o", "short-iso", "--since", checklib_logs.stamp(since),
+                     "--until", checklib_logs.stamp(until)],
+                    timeout=90)
     journal = []
     if checklib_logs.journal_readable(cmd):
         for line in cmd.out.splitlines():
@@ -101,15 +101,15 @@ def classify(ident, text):
 
 
 def body(check):
-    window = max(float(check.params.get("window_s", DEFAULT_WINDOW_S)), DEFAULT_WINDOW_S)
-    lines, sources, why = journal_lines(check, window)
+    since, until = check.window(DEFAULT_WINDOW_S, DEFAULT_WINDOW_S)
+    lines, sources, why = journal_lines(check, since, until)
     if not sources:
         check.unknown("no readable journal, syslog or slurmd log (%s)" % why)
     check.metrics["log_sources"] = sources
     check.metrics["lines"] = len(lines)
     seen = {}
     for epoch, ident, text in lines:
-        if epoch is not None and epoch < time.time() - window:
+        if epoch is not None and not since <= epoch <= until:
             continue
         found = classify(ident, text)
         if found is None:
@@ -121,7 +121,8 @@ def body(check):
         entity = "job %s" % job if job else (ident or "host")
         check.finding(kind, severity, entity, "%s: %s" % (entity, reason), text.strip())
     check.metrics["kills"] = len([v for v in seen.values() if v[0] == "FAIL"])
-    check.finish("no job killed by a scheduler, policy tool or OOM killer in the last %d h" % (window // 3600))
+    check.finish("no job killed by a scheduler, policy tool or OOM killer in the %d h before the incident"
+                 % ((until - since - checklib.AFTER_INCIDENT_S) // 3600))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ empty while a purge deleted files under it FAILs.
 
 import os
 import re
-import time
 
 import checklib
 import checklib_logs
@@ -33,8 +32,7 @@ def purge_lines(check, since):
             sources.append("/var/log/" + name)
             for line in text.splitlines():
                 out.append((checklib_logs.iso_epoch(line), "/var/log/" + name, line))
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
-    cmd = check.run(["journalctl", "--no-pager", "-o", "short-iso", "--since", stamp], timeout=90)
+    cmd = check.run(["journalctl", "--no-pager", "-o", "short-iso", "--since", checklib_logs.stamp(since)], timeout=90)
     if checklib_logs.journal_readable(cmd):
         tools = set()
         for line in cmd.out.splitlines():
@@ -56,13 +54,12 @@ def vanished_root(check, path):
 
 
 def body(check):
-    window = max(float(check.params.get("window_s", 0)), MIN_WINDOW_S)
-    since = time.time() - window
+    since, until = check.window(MIN_WINDOW_S, MIN_WINDOW_S)
     lines, sources = purge_lines(check, since)
     check.metrics["purge_logs"] = sources
     deleted = {}
     for epoch, source, text in lines:
-        if epoch is not None and epoch < since:
+        if epoch is not None and not since <= epoch <= until:
             continue
         for match in DELETED.finditer(text):
             deleted[match.group(1).rstrip("/")] = (source, text)
@@ -99,7 +96,8 @@ def body(check):
                        "other files" % (len(info["files"]), root, source), text.strip())
     if not sources and not data_paths:
         check.unknown("no purge-policy logs on this host and no data_paths given to check")
-    check.finish("no data path affected by purge-policy deletions in the last %d days" % (window // 86400))
+    check.finish("no data path affected by purge-policy deletions in the %d days before the incident"
+                 % ((until - since - checklib.AFTER_INCIDENT_S) // 86400))
 
 
 if __name__ == "__main__":

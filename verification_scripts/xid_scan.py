@@ -40,9 +40,9 @@ APP_FAULT = (13, 31)
 
 def window_lines(check):
     window = float(check.params.get("window_s", 7200) or 0)
+    since, until = check.window(7200) if window > 0 else (0.0, check.incident_time() + checklib.AFTER_INCIDENT_S)
     now = time.time()
-    since = now - window if window > 0 else 0.0
-    lines, source = checklib_logs.kernel_log(check, since_epoch=since)
+    lines, source = checklib_logs.kernel_log(check, since_epoch=since, until_epoch=until)
     if lines is None:
         check.unknown("kernel log not readable: %s" % source)
     if any("insufficient permissions" in text for _, text in lines[:5]):
@@ -57,7 +57,7 @@ def window_lines(check):
             stamp = checklib_logs.line_epoch(text, boot, now)
         if stamp is None:
             undated += 1
-        elif stamp < since:
+        elif stamp < since or stamp > until:
             continue
         kept.append((stamp, text))
     check.metrics.update({"window_s": window, "source": source, "lines_scanned": len(kept),

@@ -1,18 +1,9 @@
-"""Conclusion agent: orders the confirmed root causes (primary first) and writes the explanation."""
+"""Conclusion agent: writes the explanation of the confirmed root causes (agents/attribution.py orders them)."""
 
 from __future__ import annotations
 
 from agent.incident import IncidentSummary
 from agent.reasoning.base import LeafJudgement, Observation, Reasoner
-
-STRENGTH = {"strong": 2, "weak": 1}
-
-
-def order(confirmed: list[LeafJudgement]) -> list[LeafJudgement]:
-    """Strong evidence first, then the reasoner's confidence (which weighs how well the text fits)."""
-    unique = {j.label: j for j in confirmed}
-    return sorted(unique.values(), key=lambda j: (-STRENGTH.get(j.evidence.strength, 0), -j.confidence,
-                                                  -len(j.evidence.matched)))
 
 
 def explain(reasoner: Reasoner, summary: IncidentSummary, ordered: list[LeafJudgement],

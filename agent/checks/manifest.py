@@ -25,6 +25,8 @@ class CheckSpec(BaseModel):
     expected_cost_s: float = 1
     tier: Tier = "passive"
     compare: list[str] = Field(default_factory=list)
+    # its evidence is events it dated inside the incident's window (log lines, SEL entries), not states
+    events: bool = False
 
     @property
     def script_path(self) -> Path:

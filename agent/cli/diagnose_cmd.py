@@ -109,7 +109,7 @@ def clean_errors(console: Console) -> Iterator[None]:
 
 
 def make_incident(text: str, environment: str = "", hosts: list[str] | None = None,
-                  attachments: dict[str, Path | None] | None = None) -> Incident:
+                  attachments: dict[str, Path | None] | None = None, at: str | None = None) -> Incident:
     """Incident(...) with its validation error turned back into the IncidentError it carries."""
     from pydantic import ValidationError
 
@@ -119,7 +119,7 @@ def make_incident(text: str, environment: str = "", hosts: list[str] | None = No
             raise IncidentError(f"--{ATTACHMENT_FLAGS[kind]} {path}: no such file or directory")
     try:
         return Incident(text=text, environment=environment or "", hosts=list(hosts or []),
-                        attachments={kind: str(path) for kind, path in attached.items()})
+                        attachments={kind: str(path) for kind, path in attached.items()}, at=at or None)
     except ValidationError as exc:
         error = exc.errors()[0]
         cause = (error.get("ctx") or {}).get("error")
@@ -261,6 +261,9 @@ def diagnose(
                                               help="Read the incident (or an error log) from F (`-`: stdin).")] = None,
     environment: Annotated[str, typer.Option("--environment", "-e", metavar="ENV",
                                              help="GPU model, driver, CUDA/NCCL/torch versions, VM size.")] = "",
+    at: Annotated[str | None, typer.Option("--at", metavar="TIME", help="When the incident happened (ISO 8601, "
+                                           "UTC unless it has a zone; default now): log events are judged against "
+                                           "it, older ones are history.")] = None,
     host: HostOpt = None,
     logs: LogsOpt = None,
     success_logs: SuccessLogsOpt = None,
@@ -324,7 +327,7 @@ def diagnose(
         else:
             incident = make_incident(read_incident_text(text, file), environment, host,
                                      {"logs": logs, "success": success_logs, "telemetry": telemetry,
-                                      "metrics": metrics})
+                                      "metrics": metrics}, at)
             hosts = list(host or ["local"])
             err.print(f"[dim]aidai: diagnosing on {escape(', '.join(hosts))} (reasoner {escape(llm)}, active "
                       f"checks: {'all' if approve_active else 'ask' if ask else 'not run'})[/]", highlight=False,

@@ -51,6 +51,30 @@ def _command(**options: Any) -> str:
     return " ".join(shlex.quote(w) for w in words)
 
 
+def parse_seeds(values: list[str] | None) -> list[int]:
+    """--confound 1 --confound 2 or --confound 1,2,3: the seeds in order, each once."""
+    seeds: list[int] = []
+    for value in values or []:
+        for word in filter(None, (w.strip() for w in str(value).split(","))):
+            try:
+                seed = int(word)
+            except ValueError:
+                raise typer.BadParameter(f"{word!r} is not an integer seed", param_hint="--confound") from None
+            if seed not in seeds:
+                seeds.append(seed)
+    return seeds
+
+
+def run_tag(base: str | None, default: str, confound: int | None, controls: bool, several: bool) -> str:
+    """A run's file name: --tag as given (with -SEED when several seeds run), else the history options' name
+    with _confound-SEED and _controls."""
+    if base:
+        return f"{base}-{confound}" if several and confound is not None else base
+    parts = [default] + ([f"confound-{confound}"] if confound is not None else []) + (["controls"] if controls
+                                                                                       else [])
+    return "_".join(parts)
+
+
 def _tag(seed: bool, history: Path | None, leave_one_out: bool, remove: list[str], llm: str,
          taxonomy: Path | None = None) -> str:
     parts = ["seed" if seed else "no-seed"] if history else ["seed" if seed else "no-history"]
@@ -101,24 +125,39 @@ def eval_command(
     taxonomy: Annotated[Path | None, typer.Option("--taxonomy", metavar="FILE", help="Diagnose with this taxonomy "
                                                   "(e.g. built by `aidai taxonomy build`) instead of the shipped one."
                                                   )] = None,
+    confound: Annotated[list[str] | None, typer.Option(
+        "--confound", metavar="SEED", help="A realistic fleet drawn per record from SEED (eval/CONFOUND.md): view, "
+        "latent faults, node count; repeatable or comma-separated, one run per seed.")] = None,
+    controls: Annotated[bool, typer.Option("--controls", help="The records without their cause's faults (latent "
+                                           "and noise kept): the right outcome is no confirmed cause.")] = False,
 ) -> None:
     """Benchmark diagnosis methods on incident records with simulated hosts: micro/macro F1 at three levels,
     per-category scores, pipeline shares, checks, LLM calls and time per incident."""
     err = Console(stderr=True)
-    command = _command(incidents=incidents, history=history, no_seed=not seed, method=method, llm=None if
-                       llm == "offline" else llm, base_url=base_url, model=model, remove_label=remove_label,
-                       leave_one_out=leave_one_out, workers=workers, no_knowledge=not knowledge, out=out, tag=tag,
-                       only=only, taxonomy=taxonomy)
+    seeds: list[int | None] = [*parse_seeds(confound)] or [None]
+    runs: dict[str, dict[str, dict[str, Any]]] = {}
     with clean_errors(err):
         _harness_importable()
-        metrics = _run(command, err, incidents, history, seed, method or ["aidai"], llm, base_url, model,
-                       remove_label or [], leave_one_out, workers, timeout, knowledge, out, tag, cache_dir, only or [],
-                       taxonomy)
+        for confound_seed in seeds:
+            command = _command(incidents=incidents, history=history, no_seed=not seed, method=method, llm=None if
+                               llm == "offline" else llm, base_url=base_url, model=model, remove_label=remove_label,
+                               leave_one_out=leave_one_out, workers=workers, no_knowledge=not knowledge, out=out,
+                               tag=tag, only=only, taxonomy=taxonomy, confound=confound_seed, controls=controls)
+            name = run_tag(tag, _tag(seed, history, leave_one_out, remove_label or [], llm, taxonomy), confound_seed,
+                           controls, len(seeds) > 1)
+            runs[name] = _run(command, err, incidents, history, seed, method or ["aidai"], llm, base_url, model,
+                              remove_label or [], leave_one_out, workers, timeout, knowledge, out, name, cache_dir,
+                              only or [], taxonomy, confound_seed, controls)
     if as_json:
-        names = list(metrics)
-        payload: Any = metrics[names[0]] if len(names) == 1 else {"methods": metrics}
-        typer.echo(json.dumps(payload, indent=1))
-    else:
+        payloads: dict[str, Any] = {}
+        for name, metrics in runs.items():
+            names = list(metrics)
+            payloads[name] = metrics[names[0]] if len(names) == 1 else {"methods": metrics}
+        typer.echo(json.dumps(next(iter(payloads.values())) if len(payloads) == 1 else {"runs": payloads}, indent=1))
+        return
+    for run, metrics in runs.items():
+        if len(runs) > 1:
+            typer.echo(run)
         for name, m in metrics.items():
             typer.echo(f"{name:<11} leaf micro-F1 {m['leaf']['micro_f1']} macro-F1 {m['leaf']['macro_f1']} · "
                        f"MAIN micro-F1 {m['main']['micro_f1']} · errors {m['errors']}/{m['n']} · "
@@ -129,14 +168,16 @@ def eval_command(
 def _run(command: str, err: Console, incidents: Path, history: Path | None, seed: bool, methods: list[str], llm: str,
          base_url: str | None, model: str | None, remove: list[str], leave_one_out: bool, workers: int,
          timeout: float, knowledge: bool, out: Path | None, tag: str | None, cache_dir: Path | None,
-         only: list[str], taxonomy_file: Path | None = None) -> dict[str, dict[str, Any]]:
+         only: list[str], taxonomy_file: Path | None = None, confound: int | None = None,
+         controls: bool = False) -> dict[str, dict[str, Any]]:
     from agent.reasoning.factory import make_reasoner
     from agent.reasoning.offline import OfflineReasoner
     from agent.taxonomy import TaxonomyError, load_candidate, load_taxonomy
     from eval.harness import report
+    from eval.harness.confound import confound_records
     from eval.harness.methods import resolve_method
     from eval.harness.metrics import compute_metrics, unseen_metrics
-    from eval.harness.problems import RecordsError, load_problems, remove_labels
+    from eval.harness.problems import Problem, RecordsError, load_problems, remove_labels
     from eval.harness.runner import RunConfig, run_benchmark
 
     def bad(message: str) -> typer.Exit:
@@ -160,6 +201,8 @@ def _run(command: str, err: Console, incidents: Path, history: Path | None, seed
         problems = [p for p in problems if p.id in set(only)]
         if not problems:
             raise bad(f"no record with id {', '.join(only)} in {incidents}")
+    if confound is not None or controls:  # drawn here, in the parent: every worker and method sees one fleet
+        problems = [Problem(r) for r in confound_records([p.record for p in problems], confound, controls)]
     make_reasoner(llm, base_url, model, OfflineReasoner(tax))  # ReasonerConfigError: exit 2
     config = RunConfig(methods=list(names), llm=llm, base_url=base_url, model=model, seed=seed,
                        history_file=str(history) if history else None, leave_one_out=leave_one_out, remove=remove,
@@ -191,14 +234,18 @@ def _run(command: str, err: Console, incidents: Path, history: Path | None, seed
         parts.append(f"taxonomy {taxonomy_file}")
     if result.removed:
         parts.append(f"removed labels hidden: {', '.join(result.removed)}")
+    fleet = "".join([f" (confound seed {confound})" if confound is not None else "",
+                     " (controls: cause faults removed)" if controls else ""])
     meta = report.meta(command=command,
-                       incidents=str(incidents), n=len(problems), history="; ".join(parts) + f" (total {info.total})",
+                       incidents=str(incidents) + fleet, n=len(problems),
+                       history="; ".join(parts) + f" (total {info.total})",
                        llm=llm if llm == "offline" else f"{llm} {model} {base_url or ''}".strip(), workers=workers,
                        wall_s=result.wall_s)
     if info.rejected:
         err.print(f"[yellow]{len(info.rejected)} history record(s) rejected: {escape(info.rejected[0])} ...[/]")
     if out is not None:
-        name = tag or _tag(seed, history, leave_one_out, remove, llm, taxonomy_file)
+        name = tag or run_tag(None, _tag(seed, history, leave_one_out, remove, llm, taxonomy_file), confound,
+                              controls, False)
         for path in report.write(out, name, metrics, result.rows, meta):
             err.print(f"wrote {escape(str(path))}", highlight=False)
     return metrics

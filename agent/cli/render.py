@@ -336,10 +336,17 @@ def report_panel(report: Report, *, resume_hint: str = "") -> Panel:
         severity = f", {escape(cause.severity)}" if cause.severity else ""
         parts.append(Text.from_markup(f"\n[bold]{i}. {escape(cause.label)}[/]  confidence {cause.confidence:.2f}"
                                       f"{severity}"))
-        rows = [("evidence", escape(line)) for line in cause.evidence] or [("why", escape(cause.why))]
+        rows = [("where", escape("; ".join(cause.where)))] if cause.where else []
+        rows += [("evidence", escape(line)) for line in cause.evidence] or [("why", escape(cause.why))]
+        rows += [("line", escape(_clip(line, 300))) for line in cause.lines[:3]]
         if cause.runbook:
             rows.append(("fix", escape(_clip(cause.runbook, 400))))
         parts.append(_grid(rows, indent=3))
+    if report.also_found:
+        parts.append(Text.from_markup("\n[bold]also found on the hosts, not the cause of this incident[/]"))
+        for cause in report.also_found:
+            where = f" on {'; '.join(cause.where)}" if cause.where else ""
+            parts.append(Text(f" • {cause.label}{where}: {_clip(cause.link, 200)}"))
     if not report.resolved:
         if report.explanation:
             parts.append(Text(report.explanation))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 from langgraph.graph import END, START, StateGraph
@@ -28,6 +29,7 @@ from langgraph.types import interrupt
 from agent import inventory as inv
 from agent import limits as L
 from agent.agents import conclusion, execution, planning, reflection, summarization
+from agent.agents.attribution import attribute, walk_order
 from agent.checks.runner import CheckRunner
 from agent.evidence import unexplained
 from agent.graph.state import (
@@ -98,6 +100,9 @@ class DiagnosisGraph:
                 return {}
             self._spent, self._stop, self._label = L.add(state.get("spent", {})), None, name
             self._adopt_inventory(state)
+            if (at := state["incident"].get("at")) and "incident_at" not in self.t.runner.params:
+                # the checks judge events against the incident's time, not the moment they run
+                self.t.runner.params["incident_at"] = datetime.fromisoformat(at).timestamp()
             self._checkpointed = set(state.get("results", {}))
             self._node_began, self._node_tokens = time.perf_counter(), self._tokens()
             update = node(state)
@@ -430,7 +435,9 @@ class DiagnosisGraph:
 
     def conclude(self, state: DiagnosisState) -> dict[str, Any]:
         judgements = load_judgements(state)
-        ordered = conclusion.order([j for j in judgements if j.status == "confirmed"])
+        found = attribute(self.t.taxonomy, self._summary(state), [j for j in judgements if j.status == "confirmed"],
+                          judgements, walk_order(state.get("path", [])))
+        ordered = found.primary
         stopped = state.get("stopped")
         if nothing_checkable(state):  # nothing was looked at: say so plainly, no reasoner needed
             text = cannot_check_explanation(state)
@@ -438,18 +445,24 @@ class DiagnosisGraph:
             text = stopped_explanation(stopped, state, ordered)
         else:
             text = conclusion.explain(self.t.reasoner, self._summary(state), ordered, load_memory(state))
+        if found.also_found:
+            text += " Also found on the hosts, not the cause of this incident: " + "; ".join(
+                f"{j.label} ({found.links[j.label]})" for j in found.also_found) + "."
         # the pipeline that first confirmed the primary cause (after the user's feedback, pipeline 2 counts as 3)
         pipeline = next((step["pipeline"] for step in state.get("path", []) if ordered
                          and step["node"] == ordered[0].label and step["action"] == "confirmed"), 0)
         if pipeline == 2 and state.get("feedback"):
             pipeline = 3
         result = {"resolved": bool(ordered), "pipeline": pipeline,
-                  "root_causes": [j.model_dump(mode="json") for j in ordered], "explanation": text}
+                  "root_causes": [j.model_dump(mode="json") for j in ordered],
+                  "also_found": [j.model_dump(mode="json") for j in found.also_found], "links": found.links,
+                  "explanation": text}
         if stopped:
             result["stopped"] = dict(stopped)
         self.t.emit({"type": "conclusion", **result})
         self.t.audit({"event": "conclusion", "resolved": result["resolved"], "pipeline": pipeline,
-                      "root_causes": [j.label for j in ordered], "stopped": stopped or None,
+                      "root_causes": [j.label for j in ordered],
+                      "also_found": [j.label for j in found.also_found], "stopped": stopped or None,
                       "spent": dict(state.get("spent", {}))})
         return {"conclusion": result, "pipeline": pipeline}
 

@@ -14,6 +14,7 @@ import shlex
 import shutil
 import sys
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ DMESG_REFUSED = ("dmesg: read kernel buffer failed: Operation not permitted\n", 
 CONTAINER_HIDDEN_FILES = ("/var/log/syslog", "/var/log/kern.log", "/var/log/messages", "/dev/ipmi0")
 # DCGM's packages and daemons, absent where DCGM is not installed
 DCGM_SERVICES = ("nv-hostengine", "nvidia-dcgm")
+DEFAULT_LATENT_AGE_H = 48.0
 
 
 @dataclass
@@ -59,26 +61,76 @@ class Scenario:
     faults: list[dict[str, Any]] = field(default_factory=list)
     noise: list[dict[str, Any]] = field(default_factory=list)
     view: str = DEFAULT_VIEW
+    latent: list[dict[str, Any]] = field(default_factory=list)
+    at: str = ""  # the incident's time, ISO 8601 UTC
 
     def host_dir(self, name: str) -> Path:
         return self.root if len(self.hosts) == 1 else self.root / name
 
 
 def build_hosts(faults: list[dict[str, Any]], noise: list[dict[str, Any]], profile: str = "H100-SXM-8",
-                hosts: list[str] | None = None) -> list[HostState]:
-    """Healthy hosts with every fault and noise applied; raises FaultError on any bad spec."""
+                hosts: list[str] | None = None, latent: list[dict[str, Any]] | None = None,
+                incident_age_s: float = 0.0) -> list[HostState]:
+    """Healthy hosts with every latent fault, fault and noise applied; raises FaultError on any bad spec.
+
+    Events are placed in time relative to the incident, which happened `incident_age_s` before now: a fault's
+    events in the minutes before it, a latent fault's `age_h` hours earlier still (FAULTS.md, "A realistic fleet").
+    """
+    olds = [(resolve(_spec(f), want_noise=False), _age_h(f)) for f in latent or []]
     specs = [resolve(f, want_noise=False) for f in faults] + [resolve(n, want_noise=True) for n in noise]
     names = list(hosts or ["node-1"])
-    needed = max([s.definition.min_hosts for s in specs] or [1])
+    needed = max([s.definition.min_hosts for s in specs + [spec for spec, _ in olds]] or [1])
     while len(names) < needed:
         names.append(f"node-{len(names) + 1}")
     if len(set(names)) != len(names):
         raise FaultError(f"host names repeat: {names}")
     prof = load_profile(profile)
     states = [healthy_host(name, profile, prof) for name in names]
+    # oldest first: a later reboot (a cause's power event) ends the boot an older fault's kernel lines were in
+    for spec, age_h in sorted(olds, key=lambda item: -item[1]):
+        _apply_at(spec, states, incident_age_s + age_h * 3600.0, latent=True)
     for spec in specs:
-        _apply(spec, states)
+        _apply_at(spec, states, incident_age_s)
     return states
+
+
+def _spec(latent: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in latent.items() if k != "age_h"}
+
+
+def _age_h(latent: dict[str, Any]) -> float:
+    try:
+        age = float(latent.get("age_h", DEFAULT_LATENT_AGE_H))
+    except (TypeError, ValueError):
+        raise FaultError(f"{latent.get('fault')}: age_h={latent.get('age_h')!r} is not a number of hours") from None
+    if age < 0:
+        raise FaultError(f"{latent.get('fault')}: age_h={age:g} is in the future; latent faults are older")
+    return age
+
+
+VOLATILE_ECC = ("ecc_volatile_dram_uncorrected", "ecc_volatile_dram_corrected", "ecc_volatile_sram_uncorrected",
+                "ecc_volatile_sram_corrected")
+
+
+def _apply_at(spec: FaultSpec, states: list[HostState], shift_s: float, latent: bool = False) -> None:
+    """Apply a fault whose events happened `shift_s` earlier than the fault module writes them (its ages are
+    relative to the incident). A reboot the fault makes moves with it. A latent fault older than the current boot
+    left its kernel lines in an earlier boot and its volatile ECC counts reset with the driver; aggregate counts,
+    retired rows and settings persist."""
+    marks = [(len(s.journal), len(s.sel), s.uptime_s) for s in states]
+    volatile = [[{k: getattr(g, k) for k in VOLATILE_ECC} for g in s.gpus] for s in states]
+    _apply(spec, states)
+    for state, (journal, sel, uptime), before in zip(states, marks, volatile, strict=True):
+        for line in state.journal[journal:]:
+            line.age_s += shift_s
+        for event in state.sel[sel:]:
+            event.age_s += shift_s
+        if state.uptime_s != uptime:
+            state.uptime_s += shift_s
+        elif latent and shift_s > state.uptime_s:
+            for gpu, counts in zip(state.gpus, before, strict=False):
+                for key, value in counts.items():
+                    setattr(gpu, key, value)
 
 
 def _apply(spec: FaultSpec, states: list[HostState]) -> None:
@@ -153,10 +205,17 @@ def view_tools(state: HostState) -> tuple[set[str], dict[str, tuple[str, int]]]:
 
 def create_scenario(root: Path, faults: list[dict[str, Any]] | None = None, noise: list[dict[str, Any]] | None = None,
                     profile: str = "H100-SXM-8", hosts: list[str] | None = None,
-                    view: str = DEFAULT_VIEW) -> Scenario:
-    faults, noise = list(faults or []), list(noise or [])
+                    view: str = DEFAULT_VIEW, at: str | None = None,
+                    latent: list[dict[str, Any]] | None = None) -> Scenario:
+    """Build and write a scenario. `at` is the incident's time (default: now): the faults' events happen in the
+    minutes before it; `latent` faults did not cause the incident and happened `age_h` hours before it."""
+    faults, noise, latent = list(faults or []), list(noise or []), list(latent or [])
     check_view(view)
-    states = build_hosts(faults, noise, profile, hosts)
+    now = datetime.now(UTC)
+    when = parse_at(at) if at else now
+    if when > now + timedelta(minutes=5):
+        raise ValueError(f"at={at} is in the future; an incident has already happened")
+    states = build_hosts(faults, noise, profile, hosts, latent, max((now - when).total_seconds(), 0.0))
     for state in states:
         apply_view(state, view)
     root = Path(root).resolve()
@@ -165,21 +224,33 @@ def create_scenario(root: Path, faults: list[dict[str, Any]] | None = None, nois
             raise FileExistsError(f"{root} exists and is not a simulated scenario; refusing to overwrite it")
         shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
-    scenario = Scenario(root, profile, states, faults, noise, view)
+    stamp = when.isoformat(timespec="seconds").replace("+00:00", "Z")
+    scenario = Scenario(root, profile, states, faults, noise, view, latent, stamp)
     for state in states:
         materialize_host(state, scenario.host_dir(state.hostname))
     (root / SCENARIO_FILE).write_text(json.dumps({
         "profile": profile, "hosts": [s.hostname for s in states], "faults": faults, "noise": noise, "view": view,
+        "latent": latent, "at": stamp,
     }, indent=1))
     return scenario
+
+
+def parse_at(text: str) -> datetime:
+    """An ISO 8601 time; one without a zone is UTC (FAULTS.md: `at` is UTC)."""
+    try:
+        when = datetime.fromisoformat(str(text).strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"at={text!r} is not an ISO 8601 time (e.g. 2026-11-25T10:00:00Z)") from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def scenario_from_record(root: Path, record_file: Path, record_id: str, view: str | None = None) -> Scenario:
     """The record's scenario; `view`, when given, replaces the record's own (to see one incident from elsewhere)."""
     record = find_record(record_file, record_id)
     return create_scenario(root, record.get("faults", []), record.get("noise", []),
-                           record.get("profile", "H100-SXM-8"), record.get("hosts"),
-                           view or record.get("view") or DEFAULT_VIEW)
+                           record.get("profile") or "H100-SXM-8", record.get("hosts") or None,
+                           view or record.get("view") or DEFAULT_VIEW, record.get("at") or None,
+                           record.get("latent") or [])
 
 
 def find_record(record_file: Path, record_id: str) -> dict[str, Any]:

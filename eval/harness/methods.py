@@ -6,8 +6,14 @@ taxonomy, history and reasoner. Each returns an Outcome; the runner adds the wal
     tgd         taxonomy-guided diagnosis only: the same graph with history off and no exploration
     rcacopilot  retrieve similar past incidents, choose one label once (the reasoner's rerank); no checks
     did         one-shot choice among every leaf from the description alone; no history, no checks
-    cvd         run every passive check on every host, then choose once: the leaves with the strongest evidence
-                (by their evidence rules), the reasoner breaking the tie by the text
+    cvd         comprehensive verification (AidAI §6.1): every verification script of the manifest, active ones
+                included (approved: the hosts are simulated), on every host, then one decision from the incident
+                text plus all results. Offline: the leaves with the strongest evidence by their evidence rules,
+                the text breaking the tie; an LLM: one choice among a shortlist ordered the same way, all results
+                in its prompt. CVD always names a cause, with or without evidence behind it
+
+Every Outcome says how strong the check evidence behind its prediction is (`evidence`): a wrong prediction with
+strong evidence is a false confirmation, the failure a fleet full of old, unrelated faults provokes.
 
 Where a baseline makes its one choice it asks the run's reasoner (rerank_history / rank_children), so LLM calls
 and tokens are counted the same way as ours. The baselines read the incident with the deterministic summary
@@ -16,7 +22,9 @@ and tokens are counted the same way as ours. The baselines read the incident wit
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,9 +39,11 @@ from agent.executors.hosts import executors_for
 from agent.graph.build import DiagnosisGraph
 from agent.graph.state import DiagnosisState
 from agent.incident import IncidentSummary
-from agent.reasoning.base import Choice, NodeInfo, Observation, Reasoner, Usage
+from agent.models import CheckResult
+from agent.reasoning.base import Choice, EvidenceStrength, NodeInfo, Observation, Reasoner, Usage
 from agent.reasoning.factory import make_reasoner
 from agent.reasoning.offline import OfflineReasoner
+from agent.report import Report
 from agent.taxonomy import Taxonomy
 from eval.harness.history import HistoryRetrieval
 from eval.harness.problems import Problem
@@ -76,6 +86,9 @@ class Outcome:
     checks: dict[str, float] = field(default_factory=dict)
     usage: dict[str, int] = field(default_factory=dict)
     nearest_history: float | None = None  # similarity of the closest past incident retrieved (leakage check)
+    # check evidence behind `predicted` by the leaf's evidence rules: strong | weak | none; None = no prediction,
+    # or a method that runs no checks (rcacopilot, did)
+    evidence: str | None = None
 
 
 class Method(Protocol):
@@ -141,11 +154,28 @@ class AidAI:
             diagnoser.close()
         confirmed = [c.label for c in report.root_causes]
         return Outcome(predicted=confirmed[0] if confirmed else None, confirmed=confirmed, pipeline=report.pipeline,
+                       evidence=primary_evidence(report),
                        path=[f"p{s.pipeline} {s.node}:{s.action}" for s in report.path
                              if s.action not in ("rank", "start", "enter")],
                        explored=list(dict.fromkeys(lb for h in report.exploration for lb in h.related_labels)),
                        checks=check_costs(runner), usage=usage_of(reasoner, before),
                        nearest_history=max((p.score for p in report.similar), default=None))
+
+
+def primary_evidence(report: Report) -> str | None:
+    """Evidence strength behind the report's primary root cause: its confirming judgement (the last one, when a
+    leaf was judged in several pipelines). None when nothing was confirmed."""
+    if not report.root_causes:
+        return None
+    primary = report.root_causes[0].label
+    judged = [j for j in report.hypotheses if j.label == primary and j.status == "confirmed"]
+    judged = judged or [j for j in report.hypotheses if j.label == primary]
+    return evidence_word(judged[-1].evidence.strength) if judged else "none"
+
+
+def evidence_word(strength: EvidenceStrength) -> str:
+    """The row's evidence value: 'unknown' (no check of the leaf could decide) is no evidence either."""
+    return strength if strength in ("strong", "weak") else "none"
 
 
 class TGD(AidAI):
@@ -203,7 +233,29 @@ class DID:
                        checks=check_costs(None), usage=usage_of(reasoner, before))
 
 
-STRENGTH = {"strong": 2, "weak": 1}
+# tiers of evidence; "none" (checks passed) and "unknown" (none could decide) tie, so where no leaf has evidence
+# the text decides among all of them, as a reader of the incident would (an unchecked leaf is not thereby likelier)
+STRENGTH: dict[str, int] = {"strong": 2, "weak": 1, "unknown": 0, "none": 0}
+
+
+def leaf_strengths(taxonomy: Taxonomy, results: list[CheckResult]) -> dict[str, EvidenceStrength]:
+    """Every leaf's evidence strength by its own evidence rules over all results (never by a model)."""
+    return {leaf.label: assess(leaf.evidence, [r for r in results if r.check in leaf.checks]).strength
+            for leaf in taxonomy.leaves()}
+
+
+def cvd_candidates(env: Env, reasoner: Reasoner, summary: IncidentSummary, strength: dict[str, EvidenceStrength],
+                   memory: list[Observation]) -> list[NodeInfo]:
+    """Offline, the leaves of the strongest evidence tier (the text breaks the tie in `choose`). An LLM decides
+    from all results itself: it is offered the SHORTLIST leaves that lead by evidence, then by the offline text fit,
+    so a leaf with weaker evidence can still win on the text."""
+    infos = leaf_infos(env.taxonomy)
+    if reasoner is env.offline:
+        best = max((STRENGTH[s] for s in strength.values()), default=0)
+        return [info for info in infos if STRENGTH[strength[info.label]] == best]
+    fit = {c.label: i for i, c in enumerate(env.offline.rank_children(summary, ROOT, infos, memory, {}))}
+    order = sorted(infos, key=lambda info: (-STRENGTH[strength[info.label]], fit[info.label]))
+    return order[:SHORTLIST]
 
 
 class CVD:
@@ -212,21 +264,21 @@ class CVD:
 
     def diagnose(self, problem: Problem, env: Env) -> Outcome:
         runner, reasoner = env.runner(), env.reasoner()
+        runner.approve = True  # every script, active ones too: the paper's CVD verifies everything (simulated hosts)
         before = _snapshot(reasoner)
-        results = runner.run(runner.passive_ids())
+        results = runner.run(runner.passive_ids(include_active=True))  # on every host of the scenario
         summary = env.offline.summarize(problem.incident)
-        strength = {}
-        for leaf in env.taxonomy.leaves():
-            evidence = assess(leaf.evidence, [r for r in results if r.check in leaf.checks])
-            strength[leaf.label] = STRENGTH.get(evidence.strength, 0)
-        best = max(strength.values(), default=0)
-        tier = [info for info in leaf_infos(env.taxonomy) if strength[info.label] == best]
+        strength = leaf_strengths(env.taxonomy, results)
         memory = [Observation(node="ROOT", result=r) for r in results]
-        ranked = choose(env, reasoner, summary, tier, memory)
+        candidates = cvd_candidates(env, reasoner, summary, strength, memory)
+        ranked = choose(env, reasoner, summary, candidates, memory)
         predicted = ranked[0].label if ranked else None
-        word = {2: "strong", 1: "weak", 0: "no"}[best]
+        tiers = Counter(strength.values())
         return Outcome(predicted=predicted, confirmed=[predicted] if predicted else [],
-                       path=[f"{len(tier)} leaves with {word} evidence"] + [f"choose {c.label}" for c in ranked[:3]],
+                       path=[f"{len(results)} results; leaves with strong evidence {tiers['strong']}, weak "
+                             f"{tiers['weak']}; offered {len(candidates)}"]
+                       + [f"choose {c.label} ({strength[c.label]})" for c in ranked[:3]],
+                       evidence=evidence_word(strength[predicted]) if predicted else None,
                        checks=check_costs(runner), usage=usage_of(reasoner, before))
 
 
@@ -244,5 +296,8 @@ def resolve_method(spec: str) -> Method:
 
 
 def scenario_root(work: Path, method: str, problem: Problem) -> Path:
-    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in problem.id)
-    return work / method.replace(":", "_").replace("/", "_") / safe
+    """Where (method, incident)'s simulated hosts live. The name is a digest, never the incident id: the path shows
+    up in check summaries and LLM prompts, and an id (or method name) there would tell the diagnosis something no
+    real host would. The digest of both keeps it unique per (method, incident) within a worker."""
+    digest = hashlib.sha256(f"{method}\0{problem.id}".encode()).hexdigest()[:12]
+    return work / f"scenario-{digest}"

@@ -8,6 +8,12 @@ Micro: counts summed over classes (every incident weighs the same). Macro: the m
 per-class score, classes being every label that is a gold label or a prediction (sklearn's convention: a class
 that is only ever predicted wrongly counts, with F1 0). Per-class precision is undefined for a class never
 predicted and recall for a class never gold: those are left out of the macro mean of that score.
+
+Controls (`control` rows: the record's cause faults were removed) have no right leaf: the right outcome is no
+prediction. P/R/F1, resolved, per category and pipelines are computed over the other rows; controls are scored
+by `controls_confirmed` (the share with any prediction). A false confirmation is a wrong prediction backed by
+strong check evidence (`evidence` == "strong"): the diagnosis claims proof for the wrong cause. Efficiency means
+are over every row that did not fail, controls included (their checks cost the same).
 """
 
 from __future__ import annotations
@@ -118,18 +124,76 @@ def misses(rows: list[Row]) -> list[dict[str, Any]]:
             for r in rows if r.get("predicted") != r["label"]]
 
 
+def is_control(row: Row) -> bool:
+    return bool(row.get("control"))
+
+
+def false_confirmations(rows: list[Row]) -> int:
+    """Non-control rows whose prediction is wrong and backed by strong check evidence."""
+    return sum(bool(r.get("predicted")) and r["predicted"] != r["label"] and r.get("evidence") == "strong"
+               for r in rows if not is_control(r))
+
+
+def control_scores(rows: list[Row]) -> dict[str, Any]:
+    """How often a method names a cause where none was left (None when there are no controls)."""
+    controls = [r for r in rows if is_control(r)]
+    predicted = [r for r in controls if r.get("predicted")]
+    return {"controls": len(controls), "controls_confirmed": _ratio(len(predicted), len(controls)),
+            "controls_confirmed_n": len(predicted),
+            "controls_confirmed_strong": _ratio(sum(r.get("evidence") == "strong" for r in predicted), len(controls))}
+
+
+def slice_metrics(rows: list[Row]) -> dict[str, Any]:
+    """The few numbers a breakdown (per view, per node count) shows for its rows."""
+    scored = [r for r in rows if not is_control(r)]
+    leaf = level_metrics([r["label"] for r in scored], [r.get("predicted") for r in scored])
+    wrong = false_confirmations(rows)
+    return {"n": len(rows), "scored": len(scored), "errors": sum(bool(r.get("error")) for r in rows),
+            "leaf_micro_f1": leaf["micro_f1"], "false_confirmations": wrong,
+            "false_confirmation_rate": _ratio(wrong, len(scored)), **control_scores(rows)}
+
+
+def breakdown(rows: list[Row], field: str, default: Any) -> dict[str, dict[str, Any]]:
+    """slice_metrics per value of a row field (missing or None: `default`), in the values' natural order; keys are
+    strings so the result survives JSON."""
+    def value(row: Row) -> Any:
+        return default if row.get(field) is None else row[field]
+
+    def order(v: Any) -> tuple[int, float, str]:  # numbers by size (2 before 16), then anything else by name
+        number = isinstance(v, int | float) and not isinstance(v, bool)
+        return (0, float(v), "") if number else (1, 0.0, str(v))
+
+    return {str(v): slice_metrics([r for r in rows if value(r) == v]) for v in sorted({value(r) for r in rows},
+                                                                                     key=order)}
+
+
+def control_misses(rows: list[Row]) -> list[dict[str, Any]]:
+    """Controls that named a cause anyway, in the shape of `misses` (the label is the removed cause's)."""
+    return [{"id": r["id"], "label": r["label"], "predicted": r["predicted"],
+             "outcome": f"control confirmed ({r.get('evidence') or 'no'} evidence)", "pipeline": r.get("pipeline"),
+             "confirmed": r.get("confirmed", []), "path": r.get("path", []), "explored": r.get("explored", []),
+             "error": r.get("error")}
+            for r in rows if is_control(r) and r.get("predicted")]
+
+
 def compute_metrics(rows: list[Row]) -> dict[str, Any]:
     """Everything the tables and `--json` show for one method's rows."""
     ok = [r for r in rows if not r.get("error")]
-    gold = [r["label"] for r in rows]
-    out: dict[str, Any] = {"n": len(rows), "errors": len(rows) - len(ok),
-                           "resolved": _ratio(sum(bool(r.get("predicted")) for r in rows), len(rows))}
+    scored = [r for r in rows if not is_control(r)]  # the rows that have a right leaf
+    gold = [r["label"] for r in scored]
+    out: dict[str, Any] = {"n": len(rows), "scored": len(scored), "errors": len(rows) - len(ok),
+                           "resolved": _ratio(sum(bool(r.get("predicted")) for r in scored), len(scored))}
     for level in LEVELS:
         out[level] = level_metrics([str(at_level(g, level)) for g in gold],
-                                   [at_level(r.get("predicted"), level) for r in rows])
-    out["per_category"] = per_category(rows)
-    out["pipeline_share"] = pipeline_shares(rows)
-    out["pipeline_share_correct"] = pipeline_shares(rows, correct=True)
+                                   [at_level(r.get("predicted"), level) for r in scored])
+    out["false_confirmations"] = false_confirmations(rows)
+    out["false_confirmation_rate"] = _ratio(out["false_confirmations"], len(scored))
+    out.update(control_scores(rows))
+    out["by_view"] = breakdown(rows, "view", "bare-metal")
+    out["by_nodes"] = breakdown(rows, "nodes", 1)
+    out["per_category"] = per_category(scored)
+    out["pipeline_share"] = pipeline_shares(scored)
+    out["pipeline_share_correct"] = pipeline_shares(scored, correct=True)
     for key, field in EFFICIENCY.items():
         out[key] = _mean(r.get(field) for r in ok)
     out["wall_s_median"] = _quantile([r.get("wall_s") for r in ok], 0.5)
@@ -138,11 +202,11 @@ def compute_metrics(rows: list[Row]) -> dict[str, Any]:
     nearest = [r["nearest_history"] for r in ok if r.get("nearest_history") is not None]
     out["nearest_history_median"] = _quantile(nearest, 0.5)
     out["nearest_history_max"] = round(max(nearest), 4) if nearest else None
-    unresolved = [r for r in rows if not r.get("predicted") and not r.get("error")]
+    unresolved = [r for r in scored if not r.get("predicted") and not r.get("error")]
     out["escalated"] = len(unresolved)
     out["escalated_explored_right_sub"] = sum(
         any(at_level(lb, "sub") == at_level(r["label"], "sub") for lb in r.get("explored", [])) for r in unresolved)
-    out["misses"] = misses(rows)
+    out["misses"] = misses(scored) + control_misses(rows)
     return out
 
 

@@ -47,17 +47,38 @@ class Problem:
 
     @property
     def incident(self) -> Incident:
-        return Incident(text=self.record["description"], environment=self.record.get("environment", "") or "")
+        # a record's time is the ticket's open time: the diagnosis may know it (FAULTS.md, `at`)
+        return Incident(text=self.record["description"], environment=self.record.get("environment", "") or "",
+                        at=self.record.get("at") or None)
+
+    @property
+    def control(self) -> bool:
+        """A control (`aidai eval --controls`): the cause's faults were removed, nothing explains the incident."""
+        return bool(self.record.get("control"))
 
     def materialize(self, root: Path) -> list[str]:
         """Build the record's simulated host(s) under `root`; the host specs a method runs checks on."""
         scenario = create_scenario(root, self.record.get("faults", []), self.record.get("noise", []),
                                    self.record.get("profile") or DEFAULT_PROFILE, self.record.get("hosts") or None,
-                                   self.record.get("view") or DEFAULT_VIEW)
+                                   self.record.get("view") or DEFAULT_VIEW, self.record.get("at") or None,
+                                   self.record.get("latent") or [])
         return [f"sim:{scenario.root}"]
 
+    def scenario_fields(self) -> dict[str, Any]:
+        """What a row carries so `aidai sim create DIR --record rows.jsonl --id ID` re-creates this scenario (the
+        record's own fields, drawn or not), and the confound facts the metrics split by."""
+        r = self.record
+        hosts = list(r.get("hosts") or ["node-1"])
+        return {"faults": r.get("faults", []), "noise": r.get("noise", []), "latent": r.get("latent") or [],
+                "view": r.get("view") or DEFAULT_VIEW, "hosts": hosts, "at": r.get("at"),
+                "profile": r.get("profile") or DEFAULT_PROFILE, "nodes": len(hosts), "control": self.control,
+                "confound_seed": r.get("confound_seed")}
+
     def evaluate(self, predicted: str | None) -> dict[str, bool]:
-        """The evaluator: is the prediction right at each level (no prediction is right at none)."""
+        """The evaluator: is the prediction right at each level (no prediction is right at none). A control is
+        right only with no prediction: its cause was removed, so any leaf named is a false confirmation."""
+        if self.control:
+            return {f"{level}_ok": predicted is None for level in LEVELS}
         return {f"{level}_ok": predicted is not None and at_level(predicted, level) == at_level(self.label, level)
                 for level in LEVELS}
 

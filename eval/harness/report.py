@@ -40,6 +40,51 @@ def _table(head: list[str], rows: list[list[Any]]) -> list[str]:
     return lines
 
 
+def _false(m: dict[str, Any]) -> str:
+    """False confirmations as 'rate (count)'; undefined when no row has a right leaf."""
+    return f"{_f(m.get('false_confirmation_rate'))} ({m.get('false_confirmations', 0)})"
+
+
+def _controls(m: dict[str, Any]) -> str:
+    """Controls confirmed as 'share (k/n)'; a dash when the run had no controls."""
+    if not m.get("controls"):
+        return "—"
+    return f"{_f(m['controls_confirmed'])} ({m['controls_confirmed_n']}/{m['controls']})"
+
+
+def breakdown_tables(metrics: dict[str, dict[str, Any]]) -> list[str]:
+    """Per view and per node count: one row per (value, method), the numbers of the accuracy table that matter
+    there (the confounds of a realistic fleet hit some views and job sizes harder than others)."""
+    out: list[str] = []
+    for key, title, column in (("by_view", "Per view", "view"), ("by_nodes", "Per node count", "nodes")):
+        rows = [[value, name, s["n"], s["errors"], _f(s["leaf_micro_f1"]), _false(s), _controls(s)]
+                for name, m in metrics.items() for value, s in (m.get(key) or {}).items()]
+        if rows:
+            rows.sort(key=lambda r: (_natural(r[0]), list(metrics).index(r[1])))
+            out += ["", f"## {title}", ""]
+            out += _table([column, "method", "n", "errors", "leaf micro-F1", "false confirmations",
+                           "controls confirmed"], rows)
+    return out
+
+
+def _natural(value: str) -> tuple[int, float, str]:
+    """Node counts by size (2 before 16), views by name."""
+    try:
+        return (0, float(value), "")
+    except ValueError:
+        return (1, 0.0, value)
+
+
+def summary_line(name: str, m: dict[str, Any]) -> str:
+    """The console's one line per method."""
+    controls = f" · controls confirmed {_controls(m)}" if m.get("controls") else ""
+    return (f"{name:<11} leaf micro-F1 {m['leaf']['micro_f1']} macro-F1 {m['leaf']['macro_f1']} · "
+            f"MAIN micro-F1 {m['main']['micro_f1']} · false confirmations {_false(m)}{controls} · "
+            f"errors {m['errors']}/{m['n']} · checks {m['checks_per_incident']} "
+            f"({m['check_seconds_per_incident']} s, active {m['active_check_seconds_per_incident']} s) · "
+            f"LLM calls {m['llm_calls_per_incident']} per incident")
+
+
 def markdown(tag: str, metrics: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
     methods = list(metrics)
     out = [f"# Diagnosis benchmark: {tag}", "",
@@ -50,16 +95,21 @@ def markdown(tag: str, metrics: dict[str, dict[str, Any]], meta: dict[str, Any])
            "for recall, not a false positive. Precision is undefined when nothing is predicted. Check seconds are "
            "the manifest's expected cost of the checks run (per host), i.e. what a real run would spend; wall "
            "seconds are the simulation's, and 'excl. check waits' subtracts the time spent waiting for the simulated "
-           "checks: the method's own time.", "", "## Accuracy", ""]
+           "checks: the method's own time. A false confirmation is a wrong prediction backed by strong check "
+           "evidence (share of the incidents that have a cause). Controls are incidents whose cause was removed from "
+           "the simulated hosts: the right outcome is no prediction; 'controls confirmed' is the share that got one, "
+           "and they are left out of every P/R/F1.", "", "## Accuracy", ""]
     rows = []
     for name in methods:
         m = metrics[name]
         rows.append([name, m["n"], m["errors"], _f(m["resolved"]), _f(m["leaf"]["micro_precision"]),
                      _f(m["leaf"]["micro_recall"]), _f(m["leaf"]["micro_f1"]), _f(m["leaf"]["macro_f1"]),
                      _f(m["sub"]["micro_f1"]), _f(m["sub"]["macro_f1"]), _f(m["main"]["micro_f1"]),
-                     _f(m["main"]["macro_f1"])])
+                     _f(m["main"]["macro_f1"]), _false(m), _controls(m)])
     out += _table(["method", "n", "errors", "resolved", "leaf P", "leaf R", "leaf micro-F1", "leaf macro-F1",
-                   "sub micro-F1", "sub macro-F1", "main micro-F1", "main macro-F1"], rows)
+                   "sub micro-F1", "sub macro-F1", "main micro-F1", "main macro-F1", "false confirmations",
+                   "controls confirmed"], rows)
+    out += breakdown_tables(metrics)
     out += ["", "## Efficiency per incident", ""]
     rows = [[name, _f(m["checks_per_incident"], 1), _f(m["active_checks_per_incident"], 1),
              _f(m["check_seconds_per_incident"], 1), _f(m["active_check_seconds_per_incident"], 1),

@@ -89,7 +89,7 @@ def init_worker(config: RunConfig, in_process: bool = False) -> None:
     if not in_process:
         os.environ.setdefault("AIDAI_EMBED_THREADS", "1")  # one worker per core
         os.environ.setdefault("OMP_NUM_THREADS", "1")
-    private = Path(tempfile.mkdtemp(prefix="aidai-eval-worker-", dir=config.work_dir))
+    private = Path(tempfile.mkdtemp(prefix="w-", dir=config.work_dir))
     data = private / "data"
     shutil.copytree(config.data_dir, data, dirs_exist_ok=True)
     taxonomy, removed = run_taxonomy(config), []
@@ -116,7 +116,7 @@ def run_task(method_spec: str, record: dict[str, Any]) -> Row:
     method = _WORKER["methods"][method_spec]
     name = getattr(method, "name", method_spec)
     row: Row = {"method": name, "id": problem.id, "label": problem.label, "predicted": None, "confirmed": [],
-                "pipeline": None, "path": [], "explored": [], "error": None}
+                "pipeline": None, "path": [], "explored": [], "error": None, **problem.scenario_fields()}
     root = scenario_root(Path(_WORKER["private"]) / "hosts", name, problem)
     began = time.perf_counter()
     try:
@@ -131,7 +131,7 @@ def run_task(method_spec: str, record: dict[str, Any]) -> Row:
             outcome = method.diagnose(problem, env)
         row.update(predicted=outcome.predicted, confirmed=list(outcome.confirmed), pipeline=outcome.pipeline,
                    path=list(outcome.path), explored=list(outcome.explored), nearest_history=outcome.nearest_history,
-                   **outcome.checks, **outcome.usage)
+                   evidence=outcome.evidence, **outcome.checks, **outcome.usage)
     except Exception as exc:  # a method's bug or a timeout: the run goes on
         row["error"] = f"{type(exc).__name__}: {exc}"[:500]
         row["traceback"] = traceback.format_exc(limit=6)[-2000:]
@@ -177,7 +177,8 @@ class _Task:
 def error_row(task: _Task, message: str) -> Row:
     problem = Problem(task.record)
     return {"method": task.name, "id": problem.id, "label": problem.label, "predicted": None, "confirmed": [],
-            "pipeline": None, "path": [], "explored": [], "error": message, "wall_s": None, **problem.evaluate(None)}
+            "pipeline": None, "path": [], "explored": [], "error": message, "wall_s": None,
+            **problem.scenario_fields(), **problem.evaluate(None)}
 
 
 def run_tasks(config: RunConfig, problems: list[Problem], on_row: OnRow | None = None) -> list[Row]:
@@ -280,7 +281,7 @@ def run_benchmark(config: RunConfig, problems: list[Problem], incidents_file: st
     spec = HistorySpec(seed=config.seed, history_file=config.history_file,
                        loo_file=incidents_file if config.leave_one_out else None, knowledge=uses_kb)
     stage = on_stage or (lambda text: None)
-    with tempfile.TemporaryDirectory(prefix="aidai-eval-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="aidai-") as tmp:
         stage("preparing the historical DB" + (" and the KB index" if uses_kb else ""))
         info = prepare(Path(tmp) / "data", spec, Path(config.cache_dir) if config.cache_dir else default_cache_dir())
         run = RunConfig(**{**asdict(config), "data_dir": str(Path(tmp) / "data"), "work_dir": tmp,

@@ -46,8 +46,9 @@ def driver_max_cuda(driver: str) -> str:
 
 
 def known_bad_version(kind: str, requested: str | None) -> str:
-    """A concrete version of `kind` that known_bad.yaml lists: the requested one (or its newest affected
-    release), else the first listed; ValueError when the requested version is not known-bad."""
+    """The version of `kind` a fault installs: the requested one as known_bad.yaml lists it (or the newest listed
+    release with that prefix), the requested one as is when the catalogue does not list it, else with no request
+    the first listed release; ValueError when the request is not a version."""
     from agent.checks.manifest import load_known_bad
 
     table = load_known_bad()
@@ -59,8 +60,10 @@ def known_bad_version(kind: str, requested: str | None) -> str:
         for version in candidates:
             if vkey(version) and known_bad_entry(kind, version, table):
                 return version
-        listed = "; ".join("/".join(map(str, e.get("versions") or [])) for e in table.get(kind) or [])
-        raise ValueError(f"{kind} {requested} is not listed in known_bad.yaml (listed: {listed})")
+        if not vkey(requested):
+            raise ValueError(f"{kind} {requested!r} is not a version")
+        # a release nobody has catalogued as bad yet is a real case: the host runs it all the same
+        return requested
     for release in releases:
         if known_bad_entry(kind, release, table):
             return release

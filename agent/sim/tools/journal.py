@@ -84,6 +84,7 @@ def _journalctl(host: HostState, argv: list[str]) -> ToolOutput:
     kernel_only = False
     units: list[str] = []
     since: float | None = None
+    until: float | None = None
     grep: str | None = None
     output = "short"
     now = _now()
@@ -103,13 +104,16 @@ def _journalctl(host: HostState, argv: list[str]) -> ToolOutput:
         elif arg in ("-u", "--unit", "-t", "--identifier") and nxt:
             units.append(nxt.removesuffix(".service"))
             i += 1
-        elif arg in ("-S", "--since") and nxt:
-            since = _parse_since(nxt, now)
-            if since is None:
-                return ToolOutput("", f"Failed to parse timestamp: {nxt}\n", 1)
-            i += 1
-        elif arg.startswith("--since="):
-            since = _parse_since(arg.split("=", 1)[1], now)
+        elif (arg in ("-S", "--since", "-U", "--until") and nxt) or arg.startswith(("--since=", "--until=")):
+            text = arg.split("=", 1)[1] if "=" in arg else nxt
+            stamp = _parse_since(text or "", now)
+            if stamp is None:
+                return ToolOutput("", f"Failed to parse timestamp: {text}\n", 1)
+            if arg.startswith(("-S", "--since")):
+                since = stamp
+            else:
+                until = stamp
+            i += 0 if "=" in arg else 1
         elif arg in ("-g", "--grep") and nxt:
             grep = nxt
             i += 1
@@ -125,6 +129,8 @@ def _journalctl(host: HostState, argv: list[str]) -> ToolOutput:
         lines = [line for line in lines if line.ident in units]
     if since is not None:
         lines = [line for line in lines if now - line.age_s >= since]
+    if until is not None:
+        lines = [line for line in lines if now - line.age_s <= until]
     if grep is not None:
         import re
 

@@ -1,0 +1,222 @@
+"""A realistic fleet (FAULTS.md, last section): the incident's time `at`, latent faults with their age, and a
+diagnosis that judges events against the incident's time and names the cause that explains the incident."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from agent.agents.attribution import attribute
+from agent.checks.runner import CheckRunner
+from agent.executors.hosts import executors_for
+from agent.incident import Incident, IncidentSummary
+from agent.models import Verdict
+from agent.reasoning.base import Evidence, LeafJudgement
+from agent.reasoning.text_signals import entities
+from agent.sim.faults import FaultError
+from agent.sim.scenario import create_scenario
+from agent.sim.state import HostState
+from agent.taxonomy import load_taxonomy
+
+ECC = "GPU.MEMORY.UNCORRECTABLE_ECC"
+PORT_DOWN = "INTERCONNECT_NETWORKING.IB.PORT_DOWN"
+REMAP = "GPU.MEMORY.ROW_REMAP_PENDING"
+
+
+def iso(when: datetime) -> str:
+    return when.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def sh(host_dir: Path, command: str) -> str:
+    env = {k: v.strip("'") for line in (host_dir / "activate").read_text().splitlines()
+           for k, v in [line.removeprefix("export ").split("=", 1)]}
+    return subprocess.run(["sh", "-c", command], capture_output=True, text=True, env=env, timeout=60).stdout
+
+
+def run_check(root: Path, check: str, incident_at: datetime | None = None):  # type: ignore[no-untyped-def]
+    params = {"incident_at": incident_at.timestamp()} if incident_at else {}
+    runner = CheckRunner(executors_for([f"sim:{root}"]), params=params)
+    runner.take_inventory()
+    return runner.run([check])[0]
+
+
+# ---- the simulator ---------------------------------------------------------------------------------------------
+def test_a_latent_fault_older_than_the_boot_keeps_its_persistent_counters_only(tmp_path: Path) -> None:
+    root = create_scenario(tmp_path / "s", latent=[{"fault": "gpu.ecc_uncorrectable", "gpu": 2, "age_h": 400}]).root
+    state = HostState.load(root / "host.json")
+    gpu = state.gpu(2)
+    assert state.uptime_s < 400 * 3600
+    assert gpu.ecc_aggregate_dram_uncorrected >= 1  # persists across reboots
+    assert gpu.ecc_volatile_dram_uncorrected == 0  # reset with the driver since
+    assert "Xid" not in sh(root, "dmesg")  # its kernel lines were in an earlier boot
+    assert json.loads((root / "scenario.json").read_text())["latent"][0]["age_h"] == 400
+
+
+def test_a_recent_latent_fault_leaves_its_lines_hours_before_the_incident(tmp_path: Path) -> None:
+    at = datetime.now(UTC) - timedelta(hours=3)
+    root = create_scenario(tmp_path / "s", [{"fault": "ib.port_down", "hca": "mlx5_3"}], at=iso(at),
+                           latent=[{"fault": "gpu.row_remap_pending", "gpu": 5, "age_h": 30}]).root
+    state = HostState.load(root / "host.json")
+    remap = next(line for line in state.journal if "): 63," in line.text)
+    unplug = next(line for line in state.journal if "Cable unplugged" in line.text)
+    assert 33 * 3600 - 60 < remap.age_s < 33 * 3600 + 3600  # 30 h before an incident 3 h ago
+    assert 3 * 3600 - 60 < unplug.age_s < 3 * 3600 + 3600  # the cause: minutes before the incident
+    assert state.gpu(5).remap_pending  # a state: it simply is
+    assert json.loads((root / "scenario.json").read_text())["at"] == iso(at)
+
+
+def test_a_cause_reboot_moves_with_the_incident_time(tmp_path: Path) -> None:
+    at = datetime.now(UTC) - timedelta(hours=10)
+    state = HostState.load(create_scenario(tmp_path / "s", [{"fault": "host.power_event"}], at=iso(at)).root
+                           / "host.json")
+    assert 10 * 3600 < state.uptime_s < 12 * 3600
+
+
+def test_bad_times_and_ages_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="ISO 8601"):
+        create_scenario(tmp_path / "a", at="yesterday")
+    with pytest.raises(ValueError, match="future"):
+        create_scenario(tmp_path / "b", at=iso(datetime.now(UTC) + timedelta(days=1)))
+    with pytest.raises(FaultError, match="age_h"):
+        create_scenario(tmp_path / "c", latent=[{"fault": "driver.persistence_off", "age_h": -3}])
+    with pytest.raises(FaultError, match="unknown fault id"):
+        create_scenario(tmp_path / "d", latent=[{"fault": "gpu.no_such_thing"}])
+
+
+def test_a_version_nobody_catalogued_still_renders(tmp_path: Path) -> None:
+    root = create_scenario(tmp_path / "s", [{"fault": "fw.deepspeed_bug", "version": "0.9.3"}]).root
+    assert HostState.load(root / "host.json").software.python_packages["deepspeed"] == "0.9.3"
+
+
+# ---- checks judge events against the incident's time ------------------------------------------------------------
+def test_events_are_judged_against_the_incident_time_not_the_check_time(tmp_path: Path) -> None:
+    at = datetime.now(UTC) - timedelta(hours=30)
+    root = create_scenario(tmp_path / "s", [{"fault": "gpu.ecc_uncorrectable", "gpu": 3}], at=iso(at)).root
+    now = run_check(root, "xid_scan")
+    assert not any(f.id.startswith("xid_48") for f in now.findings)  # 30 h before the check: outside "now - 2 h"
+    then = run_check(root, "xid_scan", at)
+    assert then.verdict == Verdict.FAIL
+    assert any(f.id == "xid_48" and f.entity == "GPU3" for f in then.findings)
+
+
+def test_an_old_event_is_history_not_evidence(tmp_path: Path) -> None:
+    root = create_scenario(tmp_path / "s", latent=[{"fault": "gpu.ecc_uncorrectable", "gpu": 1, "age_h": 20}]).root
+    result = run_check(root, "xid_scan", datetime.now(UTC))
+    assert result.verdict != Verdict.FAIL
+    assert not any(f.id == "xid_48" for f in result.findings)
+
+
+def test_a_diagnosis_hours_after_the_incident_still_sees_its_events(tmp_path: Path, data_dir: Path) -> None:
+    from agent.diagnosis import DiagnoseOptions, Diagnoser
+
+    at = datetime.now(UTC) - timedelta(hours=30)
+    root = create_scenario(tmp_path / "s", [{"fault": "gpu.ecc_uncorrectable", "gpu": 3}], at=iso(at)).root
+    text = "RuntimeError: CUDA error: uncorrectable ECC error encountered on GPU 3"
+    diagnoser = Diagnoser(DiagnoseOptions(hosts=[f"sim:{root}"], data_dir=str(data_dir), history=False,
+                                          knowledge=False, checkpoint=False), taxonomy=TAXONOMY)
+    try:
+        report = diagnoser.run(Incident(text=text, at=at))
+    finally:
+        diagnoser.close()
+    assert report.root_causes[0].label == ECC
+    assert any(line.startswith("xid_scan:xid_48@GPU3") for line in report.root_causes[0].evidence)
+    assert any("GPU 3 (PCI " in where and "GPU-" in where for where in report.root_causes[0].where)
+    assert any("Xid" in line for line in report.root_causes[0].lines)
+
+
+def test_the_incident_time_is_validated() -> None:
+    incident = Incident(text="job died", at="2026-11-25T08:00:00Z")
+    assert incident.at == datetime(2026, 11, 25, 8, tzinfo=UTC)
+    assert Incident(text="x", at="2026-11-25T08:00:00").at.tzinfo is not None  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="future"):
+        Incident(text="x", at=datetime.now(UTC) + timedelta(days=2))
+
+
+# ---- attribution: the cause that explains the incident ---------------------------------------------------------
+def judgement(label: str, entries: list[str], strength: str = "strong", confidence: float = 0.7) -> LeafJudgement:
+    return LeafJudgement(label=label, status="confirmed", confidence=confidence, why="checks confirm it",
+                         evidence=Evidence(strength=strength, matched=entries))
+
+
+def summary(text: str) -> IncidentSummary:
+    return IncidentSummary(title=text[:40], text=text, query=text, entities=entities(text))
+
+
+TAXONOMY = load_taxonomy()
+
+
+def test_the_primary_cause_is_the_one_the_incident_names_not_the_most_corroborated() -> None:
+    text = "NCCL WARN NET/IB : port mlx5_3 is down; rank 5 timed out in ncclAllReduce"
+    latent = judgement(REMAP, ["gpu_memory_errors:row_remap_pending@GPU5 (FAIL)", "dcgm_health:memory@GPU5 (FAIL)"],
+                       confidence=0.9)
+    cause = judgement(PORT_DOWN, ["nic_config:port_down@mlx5_3 (FAIL)"], confidence=0.6)
+    found = attribute(TAXONOMY, summary(text), [latent, cause], [latent, cause])
+    assert [j.label for j in found.primary] == [PORT_DOWN]
+    assert [j.label for j in found.also_found] == [REMAP]
+    assert "mlx5_3" in found.links[PORT_DOWN]
+
+
+def test_a_finding_on_another_gpu_than_the_incident_names_is_not_its_cause() -> None:
+    text = "RuntimeError: CUDA error: uncorrectable ECC error encountered on GPU 3"
+    other = judgement(REMAP, ["gpu_memory_errors:row_remap_pending@GPU6 (FAIL)"], confidence=0.9)
+    cause = judgement(ECC, ["gpu_memory_errors:ecc_uncorrectable@GPU3 (FAIL)"], confidence=0.6)
+    found = attribute(TAXONOMY, summary(text), [other, cause], [other, cause])
+    assert found.primary[0].label == ECC
+    assert REMAP in [j.label for j in found.also_found]
+
+
+def test_nothing_is_claimed_when_the_named_cause_left_no_evidence() -> None:
+    text = "RuntimeError: CUDA error: uncorrectable ECC error encountered; Xid 48 in dmesg"
+    latent = judgement(PORT_DOWN, ["nic_config:port_down@mlx5_7 (FAIL)"])
+    ruled_out = LeafJudgement(label=ECC, status="rejected", confidence=0.0, why="its checks ran and found nothing",
+                              evidence=Evidence(strength="none", rejected_by=["gpu_memory_errors@node-1"]))
+    found = attribute(TAXONOMY, summary(text), [latent], [latent, ruled_out])
+    assert found.primary == []
+    assert [j.label for j in found.also_found] == [PORT_DOWN]
+    assert ECC in found.links[PORT_DOWN]
+
+
+def test_a_vague_incident_keeps_what_the_checks_confirmed() -> None:
+    latent = judgement(PORT_DOWN, ["nic_config:port_down@mlx5_7 (FAIL)"])
+    found = attribute(TAXONOMY, summary("the training job stopped overnight"), [latent], [latent])
+    assert [j.label for j in found.primary] == [PORT_DOWN]
+
+
+def test_an_event_in_the_incident_window_ties_a_cause_to_it() -> None:
+    text = "the job was gone this morning"
+    kill = judgement("OTHER.SCHEDULER.JOB_KILLED_BY_POLICY_TOOL", ["scheduler_events:policy_kill@job 4711 (FAIL)"],
+                     confidence=0.6)
+    old = judgement(ECC, ["gpu_memory_errors:ecc_uncorrectable@GPU2 (FAIL)", "cuda_exec:ecc_uncorrectable@GPU2 "
+                          "(FAIL)", "dcgm_diag:diag_gpu_memory@GPU2 (FAIL)"], confidence=0.9)
+    found = attribute(TAXONOMY, summary(text), [old, kill], [old, kill])
+    assert [j.label for j in found.primary] == ["OTHER.SCHEDULER.JOB_KILLED_BY_POLICY_TOOL"]
+    assert "window" in found.links["OTHER.SCHEDULER.JOB_KILLED_BY_POLICY_TOOL"]
+
+
+def test_several_unrelated_problems_and_no_tie_claim_nothing() -> None:
+    port = judgement(PORT_DOWN, ["nic_config:port_down@mlx5_7 (FAIL)"])
+    gpu = judgement(ECC, ["gpu_memory_errors:ecc_uncorrectable@GPU1 (FAIL)"])
+    same_gpu = judgement("GPU.HARDWARE.FAULTY_GPU", ["dcgm_diag:diag_gpu_memory@GPU1 (FAIL)"])
+    vague = summary("the training job stopped overnight")
+    swept = {PORT_DOWN: -1, ECC: -1, "GPU.HARDWARE.FAULTY_GPU": -1}  # found only by the sweep of every branch
+    assert attribute(TAXONOMY, vague, [port, gpu], [port, gpu], swept).primary == []
+    # one problem seen by two leaves (the same GPU) is still one problem
+    assert {j.label for j in attribute(TAXONOMY, vague, [gpu, same_gpu], [gpu, same_gpu], swept).primary} == {
+        ECC, "GPU.HARDWARE.FAULTY_GPU"}
+    # what the text-guided walk confirmed comes first, in the walk's order; the sweep's finds are reported
+    walked = attribute(TAXONOMY, vague, [gpu, port], [gpu, port], {PORT_DOWN: 7, ECC: -1})
+    assert [j.label for j in walked.primary] == [PORT_DOWN]
+    assert [j.label for j in walked.also_found] == [ECC]
+
+
+def test_walk_order_marks_what_only_the_sweep_found() -> None:
+    from agent.agents.attribution import walk_order
+
+    path = [{"node": "A", "action": "enter"}, {"node": "A", "action": "confirmed"},
+            {"node": "ROOT", "action": "widen"}, {"node": "B", "action": "confirmed"},
+            {"node": "A", "action": "confirmed"}]
+    assert walk_order(path) == {"A": 1, "B": -1}
