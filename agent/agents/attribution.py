@@ -12,7 +12,8 @@ then the reasoner's confidence. The other confirmed leaves that are not linked a
 cause". When none is linked and leaves the text names were tested and ruled out, only confirmed leaves in their
 sub-category are claimed; the others are problems the hosts carry that the incident does not show. When none is
 linked and the text names nothing, what the text-guided walk confirmed is claimed in the walk's order (the walk
-ranks branches by the incident's text); when only the sweep of every branch found something, one problem is
+ranks branches by the incident's text), unless a leaf the walk followed could not be seen on these hosts (its
+checks all UNKNOWN: the cause may be there); when only the sweep of every branch found something, one problem is
 claimed and several unrelated ones are reported, none claimed.
 """
 
@@ -111,12 +112,6 @@ def _sub(label: str) -> str:
 def _text_fit(taxonomy: Taxonomy, summary: IncidentSummary, label: str) -> bool:
     node = taxonomy.node(label)
     return bool(node.matching_signatures(summary.text)) or bool(set(node.xids) & set(summary.entities.xids))
-
-
-def linked(taxonomy: Taxonomy, summary: IncidentSummary, judgement: LeafJudgement) -> bool:
-    """Is this confirmed leaf tied to the incident at all (text, entities or time)?"""
-    events = {spec.id for spec in taxonomy.manifest.checks if spec.events}
-    return _link(taxonomy, summary, judgement, events)[0] > 0
 
 
 def _link(taxonomy: Taxonomy, summary: IncidentSummary, judgement: LeafJudgement,
