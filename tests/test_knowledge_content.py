@@ -134,9 +134,9 @@ def test_seed_incidents_cover_every_leaf(tax: Taxonomy) -> None:
 
 
 # ---- no seed incident or KB passage restates a dev-set incident ------------------------------------------------
-# The dev set (../shared/eval/dev_incidents.jsonl) is what the benchmark scores; its id/source/description are
-# copied to tests/fixtures so this test never reads ../shared. A seed record or KB document must not cite a dev
-# incident's source, nor copy its distinctive log lines or identifiers (job ids, file names, addresses).
+# The dev set is what the benchmark scores; its id/source/description are copied to
+# tests/fixtures/dev_incident_texts.jsonl, the only copy this test reads. A seed record or KB document must not
+# cite a dev incident's source, nor copy its distinctive log lines or identifiers (job ids, file names, addresses).
 
 DEV_TEXTS = Path(__file__).parent / "fixtures" / "dev_incident_texts.jsonl"
 GITHUB_REF = re.compile(r"github\.com/[\w.-]+/([\w.-]+)/(?:issues|pull|discussions)/(\d+)", re.I)
