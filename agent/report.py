@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agent.agents.attribution import GPU_ENTITY
 from agent.graph.state import load_judgements, load_results
 from agent.inventory import DriverGpu, Expectations, HostInventory
 from agent.models import CheckResult, Finding, ToolResult
@@ -124,7 +124,7 @@ def _locate(judgement: LeafJudgement, results: list[CheckResult],
 
 
 def _gpu(entity: str, inventory: HostInventory | None) -> DriverGpu | None:
-    match = re.fullmatch(r"GPU\s?(\d{1,2})", entity.strip(), re.IGNORECASE)
+    match = GPU_ENTITY.match(entity.strip())
     if not match or inventory is None:
         return None
     return next((g for g in inventory.gpus if g.index == int(match.group(1))), None)

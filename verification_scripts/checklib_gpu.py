@@ -3,6 +3,7 @@ nvbandwidth output. Shipped with checklib.py; python3 stdlib only (>= 3.8)."""
 
 import re
 
+import checklib_logs
 from checklib import first_line, parse_query_csv, to_int
 
 # ---- GPU helpers (shared by the GPU checks) -----------------------------------------------------------
@@ -198,8 +199,6 @@ def date_by_xids(check, xids_for, bus_of):
     Xid is older than the incident's window and none falls inside it, the finding becomes INFO `<id>_history`: an
     old problem the GPU still carries, not this incident's evidence. An undated finding (no readable log, no Xid
     line for it) stays as it is."""
-    import checklib_logs  # only the checks that date counters read the kernel log
-
     dated = [f for f in check.findings if f["severity"] == "FAIL" and f["id"] in xids_for]
     if not dated:
         return
@@ -215,10 +214,10 @@ def date_by_xids(check, xids_for, bus_of):
             continue
         stamp = stamp if stamp is not None else checklib_logs.line_epoch(text, boot)
         if stamp is not None:
-            key = (short_bus(match.group(1)), int(match.group(2)))
+            key = (norm_bdf(match.group(1)), int(match.group(2)))
             newest[key] = max(newest.get(key, stamp), stamp)
     for finding in dated:
-        bus = short_bus(bus_of(finding["entity"]) or "")
+        bus = norm_bdf(bus_of(finding["entity"]))
         times = [t for (b, x), t in newest.items() if b == bus and x in xids_for[finding["id"]]]
         if not times or max(times) >= since:
             continue
@@ -239,9 +238,3 @@ def date_gpu_findings(check, xids_for):
     index_of, _ = gpu_index_map(check)
     bus_of = {"GPU%d" % index: bdf for bdf, index in index_of.items() if ":" in bdf}
     date_by_xids(check, xids_for, bus_of.get)
-
-
-def short_bus(address):
-    """'00000000:AB:00.0' / '0000:ab:00' -> 'ab:00' (the driver's lines drop the domain width and function)."""
-    match = re.search(r"([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.[0-7])?$", address.strip())
-    return ("%s:%s" % match.groups()).lower() if match else address.lower()
