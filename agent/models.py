@@ -27,6 +27,7 @@ class Finding(BaseModel):
     entity: str = ""
     message: str = ""
     raw_line: str = ""
+    action: str = ""  # the vendor's recommended action ("reset GPU3"), when the check knows one
 
 
 class CheckResult(BaseModel):

@@ -25,6 +25,9 @@ class RootCause(BaseModel):
     where: list[str] = Field(default_factory=list)
     lines: list[str] = Field(default_factory=list)  # the raw tool lines behind it, verbatim
     link: str = ""  # how it is tied to the incident's own lines (agents/attribution.py)
+    # what the vendor recommends for the confirming findings ("drain the node, then reset GPU3 on node-1"), as the
+    # checks' catalogues say it (NVIDIA's Xid catalogue for xid_scan)
+    actions: list[str] = Field(default_factory=list)
 
 
 class PathStep(BaseModel):
@@ -123,6 +126,15 @@ def _locate(judgement: LeafJudgement, results: list[CheckResult],
     return list(dict.fromkeys(where)), list(dict.fromkeys(raw))[:10]
 
 
+def _actions(judgement: LeafJudgement, results: list[CheckResult]) -> list[str]:
+    actions = []
+    for entry in judgement.evidence.matched:
+        found = _finding(entry, results)
+        if found and found[1].action and found[1].action != "no action":
+            actions.append(f"{found[1].action} on {found[0].host}")
+    return list(dict.fromkeys(actions))
+
+
 def _gpu(entity: str, inventory: HostInventory | None) -> DriverGpu | None:
     match = GPU_ENTITY.match(entity.strip())
     if not match or inventory is None:
@@ -136,7 +148,7 @@ def _cause(judgement: LeafJudgement, taxonomy: Taxonomy, results: list[CheckResu
     where, raw = _locate(judgement, results, inventories)
     return RootCause(label=judgement.label, confidence=judgement.confidence,
                      evidence=_evidence_lines(judgement, results), why=judgement.why, severity=node.severity,
-                     runbook=node.runbook, where=where, lines=raw, link=link)
+                     runbook=node.runbook, where=where, lines=raw, link=link, actions=_actions(judgement, results))
 
 
 def build_report(run_id: str, state: dict[str, Any], taxonomy: Taxonomy, *, usage: Usage | None = None,

@@ -91,6 +91,7 @@ def render_markdown(data: dict[str, Any]) -> str:
             out.append(f"{i}. **{cause['label']}** (confidence {cause['confidence']:.2f}, {cause['severity']}): "
                        f"{cause['why']}")
             out += [f"   - where: {'; '.join(cause['where'])}"] if cause.get("where") else []
+            out += [f"   - recommended action: {action}" for action in cause.get("actions", [])]
             out += [f"   - evidence: `{line}`" for line in cause["evidence"]]
             out += [f"   - line: `{line}`" for line in cause.get("lines", [])]
         out += ["", data["conclusion"], ""]
@@ -99,6 +100,7 @@ def render_markdown(data: dict[str, Any]) -> str:
         for cause in data["also_found"]:
             where = f" on {'; '.join(cause['where'])}" if cause.get("where") else ""
             out.append(f"- **{cause['label']}**{where}: {cause.get('link', '')}")
+            out += [f"   - recommended action: {action}" for action in cause.get("actions", [])]
             out += [f"   - evidence: `{line}`" for line in cause["evidence"]]
         out.append("")
     else:

@@ -1,8 +1,8 @@
-"""Benchmark of the hands: the fault matrix on simulated hosts, check timings, and the parsers on the
-real tool outputs in ../shared/fixtures/real/gpu_checks (read from there, never copied when their
-licence does not allow it).
+"""Benchmark of the hands: the parsers on the real-output corpus (eval/corpus/cases.yaml: the committed files under
+tests/fixtures and those of ../shared/fixtures/real, read in place), the fault matrix on simulated hosts, and
+check timings.
 
-    .venv/bin/python -m eval.bench_checks [--fixtures DIR] [--out eval/results/checks.md]
+    .venv/bin/python -m eval.bench_checks [--shared DIR] [--out eval/results/checks.md]
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ from pathlib import Path
 from agent.checks.manifest import load_manifest, load_profiles
 from agent.models import Verdict
 from agent.sim.selftest import ancestors, documented_ids, fault_scenario, run_scenario
-from eval.fixture_verdicts import fixture_rows
+from eval.corpus.run import SHARED_DIR, load_cases, report, run_cases
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_FIXTURES = ROOT.parent / "shared" / "fixtures" / "real" / "gpu_checks"
 
 
 def fault_matrix() -> tuple[list[str], dict[str, list[float]]]:
@@ -66,27 +65,15 @@ def timing_table(timings: dict[str, list[float]]) -> list[str]:
     return lines
 
 
-def fixture_table(fixtures: Path) -> list[str]:
-    lines = ["| fixture | check | expected | got | ok |", "|---|---|---|---|---|"]
-    rows = fixture_rows(fixtures)
-    good = sum(r[4] for r in rows)
-    for name, check, expected, got, match in rows:
-        lines.append(f"| {name} | {check} | {expected} | {got} | {'yes' if match else '**no**'} |")
-    lines.insert(0, f"Real fixtures parsed to the expected verdict: **{good}/{len(rows)}**\n")
-    return lines
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--fixtures", type=Path, default=DEFAULT_FIXTURES)
+    parser.add_argument("--shared", type=Path, default=SHARED_DIR, help="root of ../shared/fixtures/real")
     parser.add_argument("--out", type=Path, default=ROOT / "eval" / "results" / "checks.md")
     args = parser.parse_args()
     start = time.monotonic()
     sections = []
-    if args.fixtures.exists():
-        sections += ["## Parsers on real tool output", "", *fixture_table(args.fixtures), ""]
-    else:
-        print(f"no fixtures at {args.fixtures}; skipping the real-output table", file=sys.stderr)
+    shared = args.shared if args.shared.exists() else None
+    sections += ["## Parsers on real tool output", "", *report(run_cases(load_cases(), shared)), ""]
     matrix, timings = fault_matrix()
     sections += ["## Fault matrix (all passive checks, one scenario each)", "", *matrix, "",
                  "## Check wall time on simulated hosts", "", *timing_table(timings), ""]

@@ -220,18 +220,22 @@ class Check(object):
             self.raw.append(text[: RAW_LIMIT - used])
 
     # ---- evidence ---------------------------------------------------------------------
-    def finding(self, fid, severity, entity, message, raw_line=""):
-        self.findings.append({"id": fid, "severity": severity, "entity": str(entity), "message": message,
-                              "raw_line": (raw_line or "")[:500]})
+    def finding(self, fid, severity, entity, message, raw_line="", action=""):
+        """`action`: what the vendor recommends doing about it ('reset GPU3'), for the report and the ticket."""
+        item = {"id": fid, "severity": severity, "entity": str(entity), "message": message,
+                "raw_line": (raw_line or "")[:500]}
+        if action:
+            item["action"] = action
+        self.findings.append(item)
 
-    def fail(self, fid, entity, message, raw_line=""):
-        self.finding(fid, "FAIL", entity, message, raw_line)
+    def fail(self, fid, entity, message, raw_line="", action=""):
+        self.finding(fid, "FAIL", entity, message, raw_line, action)
 
-    def warn(self, fid, entity, message, raw_line=""):
-        self.finding(fid, "WARN", entity, message, raw_line)
+    def warn(self, fid, entity, message, raw_line="", action=""):
+        self.finding(fid, "WARN", entity, message, raw_line, action)
 
-    def info(self, fid, entity, message, raw_line=""):
-        self.finding(fid, "INFO", entity, message, raw_line)
+    def info(self, fid, entity, message, raw_line="", action=""):
+        self.finding(fid, "INFO", entity, message, raw_line, action)
 
     def unknown(self, reason):
         """Stop: the check could not decide (tool missing, permission, unparseable output)."""

@@ -22,34 +22,86 @@ ENTITY_RESULT_RE = re.compile(r"^GPU(\d+): (Pass|Fail|Warn|Skip)", re.IGNORECASE
 # a deployment error that stops the diagnostic but names broken memory is hardware evidence by itself
 MEMORY_ERROR_RE = re.compile(r"uncorrectable memory|row remap|retired pages|page retirement", re.IGNORECASE)
 GPU_RE = re.compile(r"\bGPU (\d+)\b")
+# how DCGM names a GPU inside a warning: "for GPU 2", "GPU 5 has", "GPU 0:", "GPU3"
+GPU_NAME_RE = re.compile(r"\bGPU ?(\d+)\b")
 
 
 def results_from_json(text):
-    """[(test, entity or None, status, [(message, error_id, category)])], or None when not diag JSON."""
+    """[(test, entity or None, status, [(message, error_id, category)])], or None when not diag JSON.
+
+    Layouts by generation (NVIDIA/DCGM sources): NVVS 1.3 lists one result per test for all GPUs
+    ("gpu_ids": "0,1,2,3") and names the failing GPUs only inside its warning strings; NVVS 1.7 / DCGM
+    2.x-3.x list one result per GPU ("gpu_ids" or "gpu_id", a string or a number; arrays may hold nulls),
+    with warnings as strings, as one string, or as {warning, error_id, error_category} objects; a 3.x
+    deployment test puts its extra errors in further result entries without a status; DCGM 4.x names
+    entities (entity_group / entity_id)."""
     start = text.find("{")
     if start < 0:
         return None
     try:
-        doc = json.loads(text[start:])
+        doc, _ = json.JSONDecoder().raw_decode(text[start:])
     except ValueError:
+        return None
+    if not isinstance(doc, dict):
         return None
     root = doc.get("DCGM Diagnostic") or doc.get("DCGM GPU Diagnostic")
     if not isinstance(root, dict):
         return None
     if root.get("runtime_error"):
-        return [("runtime", None, "error", [(root["runtime_error"], None, None)])]
+        return [("runtime", None, "error", [(str(root["runtime_error"]), None, None)])]
     out = []
-    for category in root.get("test_categories") or []:
-        for test in category.get("tests") or []:
-            for result in test.get("results") or []:
-                warnings = []
-                for w in result.get("warnings") or []:
-                    if isinstance(w, dict):
-                        warnings.append((w.get("warning", ""), w.get("error_id"), w.get("error_category")))
-                    else:
-                        warnings.append((str(w), None, None))
-                for entity in entities(result):
-                    out.append((test.get("name", "?"), entity, str(result.get("status", "")).lower(), warnings))
+    for category in dicts(root.get("test_categories")):
+        for test in dicts(category.get("tests")):
+            out += test_results(str(test.get("name") or "?"), dicts(test.get("results")))
+    return out
+
+
+def dicts(value):
+    """The objects of a JSON array (DCGM's arrays may hold nulls where an index was skipped)."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def test_results(name, results):
+    """One test's rows: results without a status carry more warnings for the first result that has one."""
+    rows, orphans = [], []
+    for result in results:
+        warnings = warning_list(result)
+        status = normal_status(result.get("status"))
+        if status is None:
+            orphans += warnings
+            continue
+        rows.append([status, entities(result), warnings])
+    if rows and orphans:
+        rows[0][2] = rows[0][2] + orphans
+    out = []
+    for status, who, warnings in rows:
+        for entity, messages in attribute(who, status, warnings):
+            out.append((name, entity, status, messages))
+    return out
+
+
+def normal_status(value):
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    status = str(value).strip().lower()
+    if status.startswith("skip") or status.replace("_", " ") in ("not run", "notrun", "not applicable", "n/a"):
+        return "skip"
+    return status
+
+
+def warning_list(result):
+    """[(message, error_id, category)] of one result, whichever way its DCGM version spelled them."""
+    raw = result.get("warnings")
+    if raw is None:
+        return []
+    items = raw if isinstance(raw, list) else [raw]
+    out = []
+    for w in items:
+        if isinstance(w, dict):
+            out.append((str(w.get("warning") or ""), w.get("error_id"), w.get("error_category")))
+        elif w is not None and str(w).strip():
+            # DCGM 2.x-3.x put a string warning's error_id / error_category beside it in the result
+            out.append((str(w), result.get("error_id"), result.get("error_category")))
     return out
 
 
@@ -59,7 +111,23 @@ def entities(result):
     ids = result.get("gpu_ids", result.get("gpu_id"))
     if ids is None:
         return [None]
-    return ["GPU%s" % i.strip() for i in str(ids).split(",") if i.strip()]
+    return ["GPU%s" % i.strip() for i in str(ids).split(",") if i.strip()] or [None]
+
+
+def attribute(who, status, warnings):
+    """[(entity, warnings)]: a failing or warning result that covers several GPUs (or none named) blames
+    only the GPUs its warnings name; when they name none, every GPU it lists (DCGM's own reading)."""
+    if status not in ("fail", "warn") or (len(who) == 1 and who[0] is not None):
+        return [(entity, warnings) for entity in who]
+    named = {}
+    for warning in warnings:
+        for gpu in GPU_NAME_RE.findall(warning[0]):
+            entity = "GPU" + gpu
+            if who == [None] or entity in who:
+                named.setdefault(entity, []).append(warning)
+    if not named:
+        return [(entity, warnings) for entity in who]
+    return sorted(named.items(), key=lambda kv: int(kv[0][3:]))
 
 
 def results_from_text(text):

@@ -16,30 +16,49 @@ ROW_RE = re.compile(r"^\| (.{0,26}?)\s*\| (.*?)\s*\|$")
 
 
 def from_json(text):
-    """(overall, [(entity, system, health, message)]) from dcgmi's JSON tree, or None."""
+    """(overall, [(entity, system, health, message)]) from dcgmi's JSON tree, or None.
+
+    DcgmiOutputJson (DCGM 2.x-4.x): {"header": [...], "body": {"Overall Health": {"value"}, "<group>":
+    {"children": {"<id>": {"value", "children": {"Errors": {"children": {"<system>": {"value",
+    "overflow": [message parts]}}}}}}}}}."""
     start = text.find("{")
     if start < 0:
         return None
     try:
-        doc = json.loads(text[start:])
+        doc, _ = json.JSONDecoder().raw_decode(text[start:])
     except ValueError:
         return None
-    body = doc.get("body") or {}
-    overall = (body.get("Overall Health") or {}).get("value")
+    body = doc.get("body") if isinstance(doc, dict) else None
+    if not isinstance(body, dict):
+        return None
+    overall = node_of(body, "Overall Health").get("value")
     if overall is None:
         return None
     incidents = []
     for group, node in body.items():
         if group == "Overall Health":
             continue
-        for entity_id, entity in ((node or {}).get("children") or {}).items():
-            systems = ((entity.get("children") or {}).get("Errors") or {}).get("children") or {}
+        for entity_id, entity in children(node).items():
+            if not isinstance(entity, dict):
+                continue
+            systems = children(node_of(children(entity), "Errors"))
             for system, detail in systems.items():
-                message = " ".join(detail.get("overflow") or [])
-                incidents.append(("%s%s" % (group, entity_id), system, detail.get("value", ""), message))
+                detail = detail if isinstance(detail, dict) else {}
+                overflow = detail.get("overflow") or []
+                message = " ".join(str(m) for m in (overflow if isinstance(overflow, list) else [overflow]))
+                incidents.append(("%s%s" % (group, entity_id), system, str(detail.get("value", "")), message))
             if not systems:
-                incidents.append(("%s%s" % (group, entity_id), "", entity.get("value", ""), ""))
-    return overall, incidents
+                incidents.append(("%s%s" % (group, entity_id), "", str(entity.get("value", "")), ""))
+    return str(overall), incidents
+
+
+def node_of(tree, key):
+    node = tree.get(key) if isinstance(tree, dict) else None
+    return node if isinstance(node, dict) else {}
+
+
+def children(node):
+    return node_of(node, "children")
 
 
 def from_text(text):

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """GPU memory errors: volatile/aggregate ECC counters, row remapper (pending / failure / exhausted), SRAM
-threshold, retired pages on page-retirement GPUs, InfoROM corruption.
+threshold, retired pages on page-retirement GPUs, InfoROM corruption, and the recovery the driver asks for.
 
 Counters come from the query CSV (by field name) and `nvidia-smi -q -d ECC,ROW_REMAPPER,PAGE_RETIREMENT`;
 a GPU whose counters cannot be read (truncated or N/A output) leaves the check UNKNOWN, never PASS.
@@ -9,6 +9,12 @@ A counter says how many, not when. Uncorrectable ECC counts and a pending row re
 Xid lines for that GPU in the kernel log since boot: when the newest of them is older than the incident's window
 and none falls inside it, the counter is history (INFO: an old problem the GPU still carries, not this
 incident's evidence). An undated counter (no readable log, or no Xid line for it) stays evidence.
+
+The driver's own verdict on a GPU comes from the full `nvidia-smi -q`: R470-R570 drivers print `GPU Reset
+Status` (`Reset Required`, `Drain and Reset Recommended`: Yes/No), R570+ drivers `GPU Recovery Action`
+(NVML nvmlDeviceGpuRecoveryAction_t: None, GPU reset, node reboot, drain P2P, drain and reset) and mark the
+old pair "Requested functionality has been deprecated". A GPU asking for anything but None fails; a driver
+that prints neither field reports nothing (no finding, not UNKNOWN).
 """
 
 import re
@@ -34,6 +40,13 @@ RETIRED_DBE_LIMIT = 15
 SRAM_UNCORRECTABLE_RMA = 4
 SRAM_CORRECTABLE_LIMIT = 10000
 DRAM_CORRECTABLE_LIMIT = 20000000
+# `nvidia-smi -q` keys of the driver's recovery request, and the values that ask for nothing
+RESET_KEYS = ("GPU Reset Status/Reset Required", "GPU Reset Status/Drain and Reset Recommended")
+RECOVERY_KEY = "GPU Recovery Action"
+NO_ACTION = {"none", "no", "requested functionality has been deprecated"}
+# the words of NVIDIA's actions as nvidia-smi and the Xid 154 line spell them (Reset, Reboot, GPU Reset
+# Required, Node Reboot Required, Drain P2P, Drain and Reset, GPU_RESET)
+ACTION_RE = re.compile(r"reset|reboot|drain|recover", re.IGNORECASE)
 
 
 def q_value(gpu, *keys):
@@ -72,6 +85,9 @@ def from_q(gpu):
                                                       "Retired Pages/Pending Page Retirement", "Retired Pages/Pending"))
     ecc = q_value(gpu, "ECC Mode/Current")
     out["ecc_enabled"] = checklib.to_bool(ecc) if ecc else None
+    # every ECC counter N/A: the GPU has no ECC to enable (GeForce and workstation boards)
+    counters = [v for k, v in gpu.items() if k.startswith("ECC Errors/")]
+    out["ecc_unsupported"] = (bool(counters) and all(checklib.is_na(v) for v in counters)) or None
     return {k: v for k, v in out.items() if v is not None}
 
 
@@ -124,6 +140,35 @@ def collect(check):
     return data, names, expected, text, why
 
 
+def recovery_requests(check, names):
+    """{gpu: [(field, value)]} of every GPU whose driver asks for a reset, reboot or drain, from the full
+    `nvidia-smi -q` (the -d display types above do not print these fields)."""
+    cmd = check.run(["nvidia-smi", "-q"])
+    blocks = checklib.parse_q_sections(cmd.out) if not cmd.unusable else []
+    if not blocks:
+        check.metrics["recovery_action"] = "not read: %s" % (checklib_gpu.nvsmi_error(cmd) or cmd.why())
+        return {}
+    asks, reported, odd = {}, {}, []
+    for position, gpu in enumerate(blocks):
+        who = names.get(checklib_gpu.norm_bdf(gpu["_bus_id"]), "GPU%d" % position)
+        for key in (RECOVERY_KEY, *RESET_KEYS):
+            value = (gpu.get(key) or "").strip()
+            if key == RECOVERY_KEY and value:
+                reported[who] = value
+            if checklib.is_na(value) or value.lower() in NO_ACTION:
+                continue
+            field = key.split("/")[-1]
+            if (key == RECOVERY_KEY and ACTION_RE.search(value)) or checklib.to_bool(value) is True:
+                asks.setdefault(who, []).append((field, value))
+            else:
+                odd.append((who, field, value))
+    check.metrics["recovery_action"] = reported or "not reported by this driver"
+    for who, field, value in odd:
+        check.info("recovery_action_unrecognised", who, "nvidia-smi reports %s: %r on %s (a value this check "
+                   "does not know; not judged)" % (field, value, who))
+    return asks
+
+
 def body(check):
     data, names, expected, text, why = collect(check)
     corrupt = {}
@@ -136,6 +181,7 @@ def body(check):
                                                              "retired_dbe", "retired_pending"}}
     for bdf, counters in sorted(readable.items(), key=lambda kv: names.get(kv[0], kv[0])):
         judge(check, names.get(bdf, bdf), counters)
+    recovery(check, recovery_requests(check, names))
     checklib_gpu.date_by_xids(check, DATING_XIDS, {names.get(b, b): b for b in readable}.get)
     check.metrics.update({
         "gpus_read": len(readable), "gpus_expected": expected,
@@ -151,8 +197,25 @@ def body(check):
                       % (len(readable), expected))
 
 
+def recovery(check, asks):
+    """FAIL each GPU the driver asks to reset, reboot or drain, unless its pending row remap (or page
+    retirement) already says so: that finding carries the same request and is dated by its Xid lines."""
+    pending = {f["entity"]: f for f in check.findings if f["id"] in ("row_remap_pending", "retired_pages_pending")}
+    for who, fields in sorted(asks.items()):
+        said = ", ".join("%s: %s" % (field, value) for field, value in fields)
+        if who in pending:
+            pending[who]["message"] += " (the driver reports %s)" % said
+            continue
+        wanted = ", ".join(field.lower() if checklib.to_bool(value) is True else value.lower()
+                           for field, value in fields)
+        check.fail("recovery_action", who, "the NVIDIA driver asks for recovery of %s (%s)" % (who, said),
+                   "; ".join("%s : %s" % f for f in fields), action="%s: %s (the driver's request)" % (who, wanted))
+
+
 def judge(check, who, c):
-    if c.get("ecc_enabled") is False:
+    if c.get("ecc_enabled") is False and c.get("ecc_unsupported"):
+        check.info("ecc_unsupported", who, "%s has no ECC (its ECC counters read N/A)" % who)
+    elif c.get("ecc_enabled") is False:
         check.warn("ecc_disabled", who, "ECC is disabled on %s: memory errors go undetected" % who)
     if c.get("volatile_uncorrected"):
         check.fail("ecc_uncorrectable", who, "%d uncorrectable ECC error(s) since the last driver load on %s"

@@ -12,7 +12,8 @@ from pydantic import BaseModel, Field
 from agent.paths import SCRIPTS_DIR
 
 Tier = Literal["passive", "active", "intrusive"]
-LIB_SCRIPTS = ("checklib.py", "checklib_gpu.py", "checklib_logs.py", "checklib_net.py")  # shipped with each script
+LIB_SCRIPTS = ("checklib.py", "checklib_gpu.py", "checklib_logs.py", "checklib_net.py", "checklib_xid.py",
+               "xid_catalog.csv", "sxid_catalog.csv")  # shipped with each script
 
 
 class CheckSpec(BaseModel):

@@ -339,6 +339,7 @@ def report_panel(report: Report, *, resume_hint: str = "") -> Panel:
         rows = [("where", escape("; ".join(cause.where)))] if cause.where else []
         rows += [("evidence", escape(line)) for line in cause.evidence] or [("why", escape(cause.why))]
         rows += [("line", escape(_clip(line, 300))) for line in cause.lines[:3]]
+        rows += [("action", escape(action)) for action in cause.actions]
         if cause.runbook:
             rows.append(("fix", escape(_clip(cause.runbook, 400))))
         parts.append(_grid(rows, indent=3))

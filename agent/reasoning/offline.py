@@ -10,6 +10,7 @@ from functools import cached_property
 
 import numpy as np
 
+from agent import xid_catalog
 from agent.evidence import assess
 from agent.incident import Incident, IncidentSummary
 from agent.models import CheckResult, Verdict
@@ -60,9 +61,15 @@ class OfflineReasoner:
         return len({sig for n in [node, *node.descendants] for sig in n.matching_signatures(text)})
 
     def xid_hit(self, summary: IncidentSummary, label: str) -> bool:
+        """An Xid in the incident belongs to this node: one of its subtree's Xids, or NVIDIA's catalogue places it
+        here or below (the Xids no leaf names, e.g. copy-engine or driver-firmware errors, reach their
+        sub-category)."""
         node = self.taxonomy.node(label)
         xids = {x for n in [node, *node.descendants] for x in n.xids}
-        return bool(xids & set(summary.entities.xids))
+        if xids & set(summary.entities.xids):
+            return True
+        places = xid_catalog.places(summary.entities.xids)
+        return any(place == label or place.startswith(label + ".") for place in places)
 
     def similarity(self, summary: IncidentSummary, labels: list[str]) -> dict[str, float]:
         missing = [lb for lb in labels if lb not in self._node_vectors]

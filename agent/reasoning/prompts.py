@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from agent import xid_catalog
 from agent.incident import IncidentSummary
 from agent.models import CheckResult, Verdict
 from agent.reasoning.base import Evidence, KBPassage, LeafJudgement, NodeInfo, Observation, PastIncident
@@ -110,6 +111,9 @@ def summary_block(summary: IncidentSummary, budget: int = SUMMARY_BUDGET) -> str
         parts.append(f"environment: {clip(summary.environment, 300)}")
     if ents:
         parts.append("entities: " + clip(json.dumps(ents, separators=(",", ":")), 400))
+    known = [entry.brief() for code in summary.entities.xids[:6] if (entry := xid_catalog.xid(code)) is not None]
+    if known:
+        parts.append("NVIDIA's Xid catalogue:\n" + "\n".join(clip(line, 200) for line in known))
     if summary.key_lines:
         parts.append("key lines:\n" + "\n".join(clip(line, 240) for line in summary.key_lines[:12]))
     head = "\n".join(parts)

@@ -19,7 +19,8 @@ NOISE_LINE = re.compile(r"^\s*(?:#|//|\$ |>>> )|^\s*$")
 PCI_BUS = re.compile(r"\b(?:[0-9a-f]{4,8}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\b", re.IGNORECASE)
 GPU_INDEX = re.compile(r"\b(?:GPU|cuda:|device)\s?#?(\d{1,2})\b", re.IGNORECASE)
 RANK = re.compile(r"\brank\s*[:=]?\s*(\d{1,5})\b", re.IGNORECASE)
-XID = re.compile(r"\bS?Xid\b[^:]{0,40}:\s*(\d{1,3})\b", re.IGNORECASE)
+# "NVRM: Xid (PCI:0000:3b:00): 79, ...", old drivers' "Xid (0000:01:00): 79", and prose "Xid 79" / "XID: 79"
+XID = re.compile(r"\bXid\b(?:\s*\((?:PCI:)?[0-9a-fA-F:.]+\))?\s*[:=]?\s*(\d{1,3})\b", re.IGNORECASE)
 DEVICE = re.compile(r"\b(mlx5_(?:ib)?\d+|ib\d+|eth\d+|ens\w+|enp\w+|bond\d+|eno\d+|hsn\d+)\b")
 HOST = re.compile(r"\b((?:[a-z][a-z0-9]*-)+[a-z0-9]*\d[a-z0-9]*|node\d+|gpu\d{2,}|c\d{3}(?:-\d+)?)\b",
                   re.IGNORECASE)
