@@ -52,6 +52,7 @@ demo: install
 bench: install bench-diagnosis bench-hosts bench-l4 bench-reveal bench-kaiops bench-history bench-server
 	$(BIN)/python -m eval.bench_checks
 	$(BIN)/python -m eval.bench_safety
+	$(BIN)/python -m eval.bench_tickets --incidents $(DEV_INCIDENTS)
 
 # Real hosts: `aidai diagnose --host local` on every dev incident text on this machine, unreachable hosts, and every
 # shipped profile healthy (nothing may be confirmed) and faulty (the right leaf). Tables in eval/results/hosts.md.

@@ -55,6 +55,9 @@ class AuditLog:
         return self._seq
 
     def append(self, event: dict[str, Any]) -> None:
+        if event.get("event") == "approval" and "approved" in event and "decision" not in event:
+            # a refusal is recorded as what it is: the operator declined the check (or the policy did)
+            event = {**event, "decision": "approved" if event["approved"] else "declined"}
         with self._lock:
             record = {"ts": datetime.now(UTC).isoformat(timespec="milliseconds"), "run_id": self.run_id,
                       "seq": self._next_seq(), **event}
@@ -96,6 +99,17 @@ def read(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
                 continue
             events.append(event)
     return events, problems
+
+
+def approval_decision(answer: dict[str, Any]) -> dict[str, Any]:
+    """An answer to an approval request ({check: bool, ..., approved_by}) as it is recorded: which checks were
+    approved, which declined, and the decision as a whole (approved, declined, or partly approved)."""
+    checks = {str(k): v for k, v in answer.items() if k != "approved_by"}
+    approved = sorted(c for c, yes in checks.items() if yes is True)
+    declined = sorted(c for c, yes in checks.items() if yes is not True)
+    decision = "approved" if approved and not declined else "declined" if not approved else "partly approved"
+    return {"decision": decision, "approved": approved, "declined": declined,
+            "by": str(answer.get("approved_by") or "")}
 
 
 def signed(answer: Answer, user: str) -> Answer:

@@ -36,6 +36,7 @@ from agent.reasoning.prompts import PROMPT_VERSION
 from agent.redact import Redactor
 from agent.report import Report, build_report
 from agent.taxonomy import Taxonomy, load_taxonomy
+from agent.textinput import save_files
 
 RECURSION_LIMIT = 5000  # one super-step per DFS move: a full walk of the taxonomy is ~400 steps
 Answer = Callable[[dict[str, Any]], Any]  # an interrupt's payload -> the user's answer
@@ -147,6 +148,8 @@ class Diagnoser:
         if not incident.hosts:  # what preflight and the ticket see: the hosts the checks run on
             incident = incident.model_copy(update={"hosts": list(self.options.hosts)})
         self._open(run_id, incident)  # first: a run id that cannot name files is refused before anything is saved
+        # a large log's whole file (agent/textinput.py), saved next to the run: the report lists it as attachments
+        incident = save_files(incident, runs_dir(self.options) / f"{run_id}.attachments")
         if self.options.checkpoint:
             save_run(self.options, run_id, incident)
         self._audit({"event": "run", "operator": self.operator, "hosts": list(self.runner.executors),

@@ -4,13 +4,25 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, PrivateAttr, field_validator
 
-MAX_TEXT_BYTES = 8 * 1024 * 1024  # more than this is a log dump: attach it as a file for pre-triage instead
+# the incident text's hard limit; a log over agent/textinput.py's (smaller) limit is excerpted before it gets here
+MAX_TEXT_BYTES = 8 * 1024 * 1024
 
 
 class IncidentError(ValueError):
     """The incident cannot be diagnosed as given (empty, too large, unreadable)."""
+
+
+class Attachment(BaseModel):
+    """A log given whole with the incident but too large to be its text: the text has an excerpt of it (head,
+    error lines with context, tail) and the whole file is saved next to the run, as received (bytes unchanged)."""
+
+    name: str  # the file's name as given (stdin.log, incident.txt for a long text field)
+    path: str  # where it is saved (the run's folder); "" until saved
+    sha256: str  # of the bytes as received
+    bytes: int
+    excerpted_lines: int = 0  # lines of it that the incident text carries (the rest is only in the file)
 
 
 class Incident(BaseModel):
@@ -20,6 +32,10 @@ class Incident(BaseModel):
     attachments: dict[str, str] = Field(default_factory=dict)  # kind -> path (logs dir, metrics CSV, host list)
     # when it happened (a ticket's open time will do): the checks judge events against it; None = now
     at: datetime | None = None
+    # whole logs behind an excerpted text (agent/textinput.py); not `attachments`, which the pre-triage tools read
+    files: list[Attachment] = Field(default_factory=list)
+    # their bytes until they are saved next to the run (agent.textinput.save_files); never serialized
+    _unsaved: dict[str, bytes] = PrivateAttr(default_factory=dict)
 
     @field_validator("at", mode="before")
     @classmethod

@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 from agent.agents.attribution import GPU_ENTITY
 from agent.graph.state import load_judgements, load_results
+from agent.incident import Attachment
 from agent.inventory import DriverGpu, Expectations, HostInventory
 from agent.models import CheckResult, Finding, ToolResult
 from agent.reasoning.base import ExplorationHypothesis, LeafJudgement, PastIncident, Usage
@@ -65,6 +66,7 @@ class Report(BaseModel):
     wall_s: float = 0.0
     stopped: dict[str, str] = Field(default_factory=dict)  # {limit, message} when a limit ended the investigation
     spent: dict[str, Any] = Field(default_factory=dict)  # checks, wall_s, tokens, steps used (agent/limits.py)
+    attachments: list[Attachment] = Field(default_factory=list)  # whole logs behind an excerpted incident text
 
     def contract(self) -> dict[str, Any]:
         """The `--json` output: DESIGN.md's report contract first, the details after it."""
@@ -76,6 +78,20 @@ class Report(BaseModel):
                 "llm_calls": self.llm_calls, "tokens": self.tokens}
         return head | {"run_id": self.run_id, "details": self.model_dump(mode="json", exclude={"incident"})
                        | {"could_not_check": {e.host: e.cannot_check for e in self.inventory if e.cannot_check}}}
+
+
+# causes the customer fixes in their own code, configuration or library versions; everything else is the provider's
+CUSTOMER_SIDE = ("USER_APPLICATION", "FRAMEWORK_LIBRARY")
+
+
+def acting_party(report: Report) -> str:
+    """Who should act on this report: 'customer' when every confirmed cause is on the customer's side of the
+    machine (their code, configuration or framework versions), else 'provider' (hardware, drivers, fabric, and
+    anything left unconfirmed, which only the provider can look further into)."""
+    labels = [c.label for c in report.root_causes]
+    if report.resolved and labels and all(label.split(".")[0] in CUSTOMER_SIDE for label in labels):
+        return "customer"
+    return "provider"
 
 
 def _evidence_lines(judgement: LeafJudgement, results: list[CheckResult]) -> list[str]:
@@ -152,7 +168,9 @@ def _cause(judgement: LeafJudgement, taxonomy: Taxonomy, results: list[CheckResu
 
 
 def build_report(run_id: str, state: dict[str, Any], taxonomy: Taxonomy, *, usage: Usage | None = None,
-                 reasoner: str = "offline", wall_s: float = 0.0) -> Report:
+                 reasoner: str = "offline", wall_s: float = 0.0,
+                 attachments: list[Attachment] | None = None) -> Report:
+    """The report of a run's final STATE; ATTACHMENTS default to the incident's files (agent/textinput.py)."""
     conclusion = state.get("conclusion") or {}
     results = sorted(load_results(state), key=lambda r: (r.host, r.check))  # type: ignore[arg-type]
     inventories = {host: HostInventory.model_validate(saved["inventory"])
@@ -183,4 +201,6 @@ def build_report(run_id: str, state: dict[str, Any], taxonomy: Taxonomy, *, usag
         check_seconds=round(sum(r.duration_s for r in results), 3), reasoner=reasoner,
         llm_calls=usage.calls, tokens=usage.tokens, llm_fallbacks=usage.fallbacks, wall_s=round(wall_s, 3),
         stopped=dict(conclusion.get("stopped") or {}),
-        spent=dict(state.get("spent") or {}))
+        spent=dict(state.get("spent") or {}),
+        attachments=attachments if attachments is not None
+        else [Attachment.model_validate(f) for f in incident.get("files") or []])

@@ -16,7 +16,7 @@ from typing import Any
 
 from agent.inventory import Expectations
 from agent.redact import Redactor
-from agent.report import Report
+from agent.report import Report, acting_party
 
 MAX_FINDINGS = 5
 
@@ -31,6 +31,7 @@ def ticket_data(report: Report, hostnames: list[str] | None = None, redactor: Re
     data = {
         "run_id": report.run_id,
         "status": status,
+        "acting_party": acting_party(report),
         "summary": report.title,
         "incident": report.incident,
         "environment": report.environment,
@@ -47,6 +48,7 @@ def ticket_data(report: Report, hostnames: list[str] | None = None, redactor: Re
                     "summary": r.summary, "reason": r.reason, "commands": r.cmds,
                     "findings": [f"{f.severity} {f.id} {f.entity}: {f.message}".strip()
                                  for f in r.failing()[:MAX_FINDINGS]],
+                    "lines": [f.raw_line.strip() for f in r.failing()[:MAX_FINDINGS] if f.raw_line.strip()],
                     "duration_s": r.duration_s, "output_sha256": r.output_sha256} for r in report.results],
         "similar_incidents": [{"id": p.id, "label": p.label, "score": p.score} for p in report.similar[:5]],
         "pretriage": [{"tool": t.tool, "status": t.status, "summary": t.summary or t.reason, "hosts": t.hosts[:10],
@@ -56,11 +58,13 @@ def ticket_data(report: Report, hostnames: list[str] | None = None, redactor: Re
                       for t in report.pretriage],
         "next_steps": [h.model_dump(mode="json") for h in report.exploration],
         "customer_feedback": report.feedback,
+        "attachments": [a.model_dump(mode="json") for a in report.attachments],
         "usage": {"reasoner": report.reasoner, "llm_calls": report.llm_calls, "tokens": report.tokens},
         "stopped": report.stopped or None,
     }
     redacted = redactor.data(data)
     redacted["redactions"] = dict(sorted(redactor.counts.items()))  # counts only: the values stay local
+    redacted["title"] = ticket_title(redacted)
     return redacted
 
 
@@ -68,33 +72,65 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(data: dict[str, Any]) -> str:
+# how a user of each channel allows the active checks a run skipped for want of approval
+APPROVE_HOW = {"cli": "re-run with `--approve-active` (or `--ask` to approve them one step at a time)",
+               "chat": "run `aidai chat` again and answer yes when it asks to run them",
+               "page": "start the run again from the page and tick them in its approval box",
+               "webhook": "approve them in aidai (the page's approval box, `aidai chat`, or `--approve-active`)"}
+CHANNELS = tuple(APPROVE_HOW)
+TITLE_CHARS = 110
+
+
+def clip_words(text: str, limit: int) -> str:
+    """`text` cut at a word boundary within `limit` characters (versions and ids are never cut in half)."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0]
+    return (cut if len(cut) > limit // 2 else text[:limit]).rstrip(" ,;:-") + " …"
+
+
+def ticket_title(data: dict[str, Any]) -> str:
+    causes = data["root_causes"]
+    if data["status"] == "resolved" and causes:
+        where = causes[0]["where"][0].split(" (")[0] if causes[0].get("where") else ""
+        head = f"{causes[0]['label']}" + (f" on {where}" if where else "")
+        return clip_words(f"Resolved: {head} ({data['summary']})" if data["summary"] else f"Resolved: {head}",
+                          TITLE_CHARS)
+    return clip_words(f"Escalation: {data['summary'] or 'unresolved incident'}", TITLE_CHARS)
+
+
+def render_markdown(data: dict[str, Any], channel: str = "cli") -> str:
+    """The ticket as a person reads it: the cause, where it is, what to do and the raw lines behind it first; the
+    customer's answers next; the incident, hosts and every check after; the search path last, folded."""
+    if channel not in APPROVE_HOW:
+        raise ValueError(f"unknown ticket channel {channel!r}; choose one of {', '.join(CHANNELS)}")
+    party = data.get("acting_party", "provider")
+    who = ("the customer: the cause is in their code, configuration or library versions" if party == "customer"
+           else "the provider: " + ("the cause is in the machine, its drivers or its fabric" if data["root_causes"]
+                                    else "no cause could be confirmed from inside the machine"))
+    out = [f"# {ticket_title(data)}", "",
+           f"**{data['status'].capitalize()}** · who should act: **{who}** · run `{data['run_id']}`", ""]
+    if data.get("stopped"):
+        out += [f"> **Investigation stopped** ({data['stopped']['limit']}): {data['stopped']['message']}", ""]
+    out += _causes(data) if data["root_causes"] else _no_cause(data)
+    if data["customer_feedback"]:
+        out += ["## What the customer said", ""] + [f"- {f}" for f in data["customer_feedback"]] + [""]
+    out += ["## Incident", "", "```", data["incident"].strip()[:4000], "```", ""]
+    if data.get("attachments"):
+        out += ["## Attached logs (whole, kept with the run)", ""]
+        out += [f"- {a['name']}: {a['bytes']:,} bytes, sha256 `{a['sha256']}`, at `{a['path']}`"
+                + (f" (the incident holds {a['excerpted_lines']} of its lines)" if a.get("excerpted_lines") else "")
+                for a in data["attachments"]]
+        out.append("")
     inventory = data.get("host_inventory") or []
     unchecked = {h["host"] for h in inventory if h["cannot_check"]}
     checked = [h for h in data["hosts"] if h not in unchecked]
-    out = [f"# aidai escalation ticket: {data['summary'] or 'unresolved incident'}", "",
-           f"- **Status:** {data['status']}", f"- **Run:** `{data['run_id']}`",
-           f"- **Environment:** {data['environment'] or 'not given'}",
-           f"- **Hosts checked:** {', '.join(checked) or 'none'}"
-           + (f" (could not check: {', '.join(sorted(unchecked))})" if unchecked else ""), ""]
-    if inventory:
-        out += ["## Hosts", ""]
-        out += [f"- {_md_escape(Expectations.model_validate(host).line())}" for host in inventory]
-        out.append("")
-    if data.get("stopped"):
-        out += [f"> **Investigation stopped** ({data['stopped']['limit']}): {data['stopped']['message']}", ""]
-    out += ["## Incident", "", "```",
-           data["incident"].strip()[:4000], "```", ""]
-    if data["root_causes"]:
-        out += ["## Confirmed root causes", ""]
-        for i, cause in enumerate(data["root_causes"], 1):
-            out.append(f"{i}. **{cause['label']}** (confidence {cause['confidence']:.2f}, {cause['severity']}): "
-                       f"{cause['why']}")
-            out += [f"   - where: {'; '.join(cause['where'])}"] if cause.get("where") else []
-            out += [f"   - recommended action: {action}" for action in cause.get("actions", [])]
-            out += [f"   - evidence: `{line}`" for line in cause["evidence"]]
-            out += [f"   - line: `{line}`" for line in cause.get("lines", [])]
-        out += ["", data["conclusion"], ""]
+    out += ["## Environment and hosts", "", f"- **Environment:** {data['environment'] or 'not given'}",
+            f"- **Hosts checked:** {', '.join(checked) or 'none'}"
+            + (f" (could not check: {', '.join(sorted(unchecked))})" if unchecked else "")]
+    out += [f"- {_md_escape(Expectations.model_validate(host).line())}" for host in inventory]
+    out.append("")
     if data.get("also_found"):
         out += ["## Also found on the hosts (not the cause of this incident)", ""]
         for cause in data["also_found"]:
@@ -103,37 +139,60 @@ def render_markdown(data: dict[str, Any]) -> str:
             out += [f"   - recommended action: {action}" for action in cause.get("actions", [])]
             out += [f"   - evidence: `{line}`" for line in cause["evidence"]]
         out.append("")
-    else:
-        out += ["## No root cause confirmed", ""]
-        out += ["The checks below ran and none confirmed a known cause; the provider needs to look at what they "
-                "could not see.", ""] if data["checks"] else [data["conclusion"], ""]
     if not data["checks"] and not data["hypotheses_tested"]:  # nothing ran: no empty tables to read through
         out += ["## Checks run", "", "None: no host could be checked."]
-        return _tail(data, out)
-    out += ["## Hypotheses tested", "", "| hypothesis | verdict | confidence | why |", "|---|---|---|---|"]
-    out += [f"| {h['label']} | {h['status']} | {h['confidence']:.2f} | {_md_escape(h['why'])} |"
-            for h in data["hypotheses_tested"]]
-    out += ["", "## Path through the taxonomy", ""]
-    out += [f"{i}. p{step['pipeline']} {step['node']}: {step['action']}"
-            + (f" ({_md_escape(step['detail'])[:160]})" if step["detail"] else "")
-            for i, step in enumerate(data["path"], 1)]
-    out += ["", "## Checks run", "", "| host | check | tier | verdict | key findings | output sha256 |",
+        return _tail(data, out, channel)
+    out += ["## Checks run", "", "| host | check | tier | verdict | key findings | output sha256 |",
             "|---|---|---|---|---|---|"]
     for check in data["checks"]:
         findings = "<br>".join(_md_escape(f) for f in check["findings"]) or _md_escape(
             check["reason"] or check["summary"])
         out.append(f"| {check['host']} | {check['check']} | {check['tier']} | {check['verdict']} | {findings} | "
                    f"`{check['output_sha256'][:16]}` |")
-    commands = [(c["check"], cmd) for c in data["checks"] for cmd in c["commands"]]
-    if commands:
-        out += ["", "<details><summary>commands</summary>", "", "```"]
-        out += [f"# {check}: {cmd}" for check, cmd in dict.fromkeys(commands)]
-        out += ["```", "</details>"]
-    return _tail(data, out)
+    out += ["", "## Hypotheses tested", "", "| hypothesis | verdict | confidence | why |", "|---|---|---|---|"]
+    out += [f"| {h['label']} | {h['status']} | {h['confidence']:.2f} | {_md_escape(h['why'])} |"
+            for h in data["hypotheses_tested"]]
+    return _tail(data, out, channel)
 
 
-def _tail(data: dict[str, Any], out: list[str]) -> str:
-    """Pre-triage, similar incidents, next steps, the customer's words and the redaction note."""
+def _causes(data: dict[str, Any]) -> list[str]:
+    out = ["## Root cause" if len(data["root_causes"]) == 1 else "## Root causes", ""]
+    for i, cause in enumerate(data["root_causes"], 1):
+        out.append(f"{i}. **{cause['label']}** (confidence {cause['confidence']:.2f}, {cause['severity']})")
+        out += [f"   - where: {'; '.join(cause['where'])}"] if cause.get("where") else []
+        actions = cause.get("actions") or []
+        out += [f"   - action: {action}" for action in actions]
+        if not actions and cause.get("runbook"):
+            out.append(f"   - action: {clip_words(cause['runbook'], 300)}")
+        out += [f"   - line: `{line}`" for line in cause.get("lines", [])[:4]]
+        out += [f"   - evidence: `{line}`" for line in cause["evidence"][:4]]
+        if cause["why"] and cause["why"] not in data["conclusion"]:
+            out.append(f"   - why: {cause['why']}")
+    out += ["", data["conclusion"], ""] if data["conclusion"] else [""]
+    return out
+
+
+def _no_cause(data: dict[str, Any]) -> list[str]:
+    """An escalation: what failed on the hosts (with its lines), the leads still open, what the provider should
+    look at."""
+    out = ["## No root cause confirmed", ""]
+    out += ["The checks below ran and none confirmed a known cause; the provider needs to look at what they "
+            "could not see.", ""] if data["checks"] else [data["conclusion"], ""]
+    failing = [c for c in data["checks"] if c["verdict"] in ("FAIL", "WARN") and c["findings"]]
+    if failing:
+        out += ["**What the checks found** (none of it explains the incident on its own):", ""]
+        for check in failing[:6]:
+            out.append(f"- {check['host']} {check['check']} {check['verdict']}: {_md_escape(check['findings'][0])}")
+            out += [f"  - line: `{line[:300]}`" for line in check.get("lines", [])[:2]]
+        out.append("")
+    open_leads = [h for h in data["hypotheses_tested"] if h["status"] not in ("rejected", "confirmed")]
+    if open_leads:
+        out += ["**Leads not settled:** " + "; ".join(f"{h['label']} ({h['status']})" for h in open_leads[:5]), ""]
+    return out
+
+
+def _tail(data: dict[str, Any], out: list[str], channel: str) -> str:
+    """Pre-triage, similar incidents, next steps, the search path and commands folded, the redaction note."""
     if data["pretriage"]:
         out += ["", "## Pre-triage", ""]
         for tool in data["pretriage"]:
@@ -144,13 +203,26 @@ def _tail(data: dict[str, Any], out: list[str]) -> str:
     if data["similar_incidents"]:
         out += ["", "## Similar past incidents", ""]
         out += [f"- {p['id']}: {p['label']} (similarity {p['score']:.2f})" for p in data["similar_incidents"]]
-    if data["next_steps"]:
+    waiting = [c["check"] for c in data["checks"] if c["verdict"] == "UNKNOWN" and "approv" in c["reason"]]
+    if data["next_steps"] or waiting:
         out += ["", "## Suggested next steps", ""]
+        if waiting:
+            out.append(f"- **Run the load tests that were not approved** ({', '.join(dict.fromkeys(waiting))}): "
+                       f"{APPROVE_HOW[channel]}.")
         for step in data["next_steps"]:
             out.append(f"- **{step['title']}**: {step['why']}")
             out += [f"  - {s}" for s in step["steps"]]
-    if data["customer_feedback"]:
-        out += ["", "## What the customer added", ""] + [f"- {f}" for f in data["customer_feedback"]]
+    if data["path"]:
+        out += ["", f"<details><summary>Search path through the taxonomy ({len(data['path'])} steps)</summary>", ""]
+        out += [f"{i}. p{step['pipeline']} {step['node']}: {step['action']}"
+                + (f" ({_md_escape(step['detail'])[:160]})" if step["detail"] else "")
+                for i, step in enumerate(data["path"], 1)]
+        out += ["", "</details>"]
+    commands = [(c["check"], cmd) for c in data["checks"] for cmd in c["commands"]]
+    if commands:
+        out += ["", "<details><summary>commands</summary>", "", "```"]
+        out += [f"# {check}: {cmd}" for check, cmd in dict.fromkeys(commands)]
+        out += ["```", "</details>"]
     redactions = ", ".join(f"{n} {kind}" for kind, n in data["redactions"].items()) or "nothing found"
     out += ["", f"_Redacted before export: {redactions}. Reasoner: {data['usage']['reasoner']}, "
             f"{data['usage']['llm_calls']} LLM call(s)._", ""]
@@ -158,18 +230,18 @@ def _tail(data: dict[str, Any], out: list[str]) -> str:
 
 
 def write_ticket(report: Report, path: str | Path, hostnames: list[str] | None = None,
-                 redactor: Redactor | None = None) -> tuple[Path, Path]:
+                 redactor: Redactor | None = None, channel: str = "cli") -> tuple[Path, Path]:
     """PATH.md and PATH.json (the suffix of PATH, if any, is replaced)."""
-    md, js = write_formats(ticket_data(report, hostnames, redactor), path, ("md", "json"))
+    md, js = write_formats(ticket_data(report, hostnames, redactor), path, ("md", "json"), channel)
     return md, js
 
 
-def write_formats(data: dict[str, Any], path: str | Path, formats: Iterable[str]) -> list[Path]:
+def write_formats(data: dict[str, Any], path: str | Path, formats: Iterable[str], channel: str = "cli") -> list[Path]:
     """PATH.md and/or PATH.json from ticket data, each written whole (a temporary file renamed into place)."""
     base = Path(path)
     base = base.with_suffix("") if base.suffix in (".md", ".json") else base
     base.parent.mkdir(parents=True, exist_ok=True)
-    render = {"md": render_markdown, "json": lambda d: json.dumps(d, indent=2)}
+    render = {"md": lambda d: render_markdown(d, channel), "json": lambda d: json.dumps(d, indent=2)}
     written = []
     for fmt in formats:
         if fmt not in render:

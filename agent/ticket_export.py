@@ -23,9 +23,10 @@ import httpx
 from agent.ticket import render_markdown
 
 FIELD = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
-TICKET_FIELDS = ("run_id", "status", "summary", "incident", "environment", "hosts", "root_causes", "conclusion",
+TICKET_FIELDS = ("run_id", "status", "title", "acting_party", "summary", "incident", "environment", "hosts",
+                 "root_causes", "conclusion",
                  "hypotheses_tested", "path", "checks", "similar_incidents", "pretriage", "next_steps",
-                 "customer_feedback", "usage", "stopped", "redactions", "markdown")
+                 "customer_feedback", "attachments", "usage", "stopped", "redactions", "markdown")
 DEFAULT_TIMEOUT_S = 10.0
 MAX_TEMPLATE_BYTES = 256 * 1024
 
@@ -75,7 +76,7 @@ def _strings(value: Any) -> list[str]:
 
 
 def render_body(template: Any, data: dict[str, Any]) -> Any:
-    fields = {**data, "markdown": render_markdown(data)}
+    fields = {**data, "markdown": render_markdown(data, "webhook")}
 
     def fill(value: Any) -> Any:
         if isinstance(value, str):

@@ -84,12 +84,68 @@ def test_diagnose_text_from_file_and_stdin_errors(data_dir: Path, tmp_path: Path
     missing = _diagnose("--file", str(tmp_path / "nope.log"), "--host", "local", data=data_dir)
     assert missing.exit_code == 2
     assert "nope.log" in missing.output and "Traceback" not in missing.output
-    huge = tmp_path / "huge.log"
-    huge.write_bytes(b"x" * (9 * 2**20))
-    too_big = _diagnose("--file", str(huge), data=data_dir)
-    assert too_big.exit_code == 2 and "MiB" in too_big.output
     empty_stdin = _diagnose("-", data=data_dir, stdin="   \n")
     assert empty_stdin.exit_code == 2 and "empty" in empty_stdin.output
+
+
+def test_diagnose_refuses_random_bytes_before_anything_runs(tmp_path: Path) -> None:
+    import random
+
+    from agent.textinput import NotText, receive_bytes
+
+    data = tmp_path / "fresh-data"  # nothing may be written there: no run, no check
+    junk = random.Random(3).randbytes(4096)
+    (tmp_path / "random.bin").write_bytes(junk)
+    with pytest.raises(NotText) as refused:
+        receive_bytes(junk, "random.bin")
+    for args, stdin in ((["--file", str(tmp_path / "random.bin")], None), (["-"], junk)):
+        result = runner.invoke(app, ["diagnose", *args, "--host", "local", "--data-dir", str(data)], input=stdin)
+        assert result.exit_code == 2, result.output
+        assert "Traceback" not in result.output and "diagnosing" not in result.output
+        expected = str(refused.value) if stdin is None else str(refused.value).replace("random.bin", "stdin", 1)
+        assert f"error: {expected}" in result.output  # the API answers the same message (tests/test_server.py)
+    assert not data.exists()
+
+
+def test_diagnose_reads_gbk_and_latin1_logs(ecc_host: tuple[Path, dict], data_dir: Path, tmp_path: Path) -> None:
+    root, record = ecc_host
+    gbk = "[2026-03-01 10:00:01] 错误: 训练进程已终止, GPU 3 上出现不可纠正的 ECC 错误\n"
+    latin1 = "2026-03-01 10:00:02 ERREUR: arrêt du job, mémoire GPU corrompue (uncorrectable ECC)\n"
+    log = tmp_path / "err.log"
+    log.write_bytes(latin1.encode("latin-1"))
+    result = _diagnose("-", "--file", str(log), "--host", f"sim:{root}", "--json", data=data_dir,
+                       stdin=gbk.encode("gbk") + b"\x1b[31m" + record["description"].encode("gbk") + b"\x1b[0m\r\n")
+    assert result.exit_code in (0, 1), result.output
+    run_id = json.loads(result.stdout)["run_id"]
+    saved = json.loads((data_dir / "runs" / f"{run_id}.json").read_text())["incident"]
+    assert saved["text"] == f"{gbk}{record['description']}\n\n\n{latin1}"  # decoded right, colours and CR gone
+    assert saved["files"] == []  # small: nothing attached
+
+
+def test_diagnose_excerpts_a_large_log_and_attaches_it(ecc_host: tuple[Path, dict], data_dir: Path,
+                                                      tmp_path: Path) -> None:
+    import hashlib
+
+    from agent.textinput import DEFAULT_LIMIT
+    from tests.test_text_input import make_large_log
+
+    root, record = ecc_host
+    log = tmp_path / "train.log"
+    errors = make_large_log(log, DEFAULT_LIMIT + 200_000)
+    result = _diagnose(record["description"], "--file", str(log), "--host", f"sim:{root}", "--json", data=data_dir)
+    assert result.exit_code == 0, result.output
+    contract = json.loads(result.stdout)
+    [attached] = contract["details"]["attachments"]  # the report's field, for the ticket
+    digest = hashlib.sha256(log.read_bytes()).hexdigest()
+    assert attached["name"] == "train.log" and attached["sha256"] == digest
+    assert attached["bytes"] == log.stat().st_size and attached["excerpted_lines"] > 100
+    path = Path(attached["path"])
+    assert path.parent == data_dir / "runs" / f"{contract['run_id']}.attachments"  # next to the run
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == digest
+    incident = json.loads((data_dir / "runs" / f"{contract['run_id']}.json").read_text())["incident"]
+    assert incident["files"] == [attached]
+    assert all(line in incident["text"] for line in errors) and len(incident["text"]) < 250_000
+    assert contract["root_causes"][0]["label"] == "GPU.MEMORY.UNCORRECTABLE_ECC"
 
 
 def test_diagnose_empty_text_is_bad_input(data_dir: Path) -> None:

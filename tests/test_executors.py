@@ -117,7 +117,7 @@ def test_cache_and_approval(scenario: Path, manifest: Manifest) -> None:
 
     no_approval = CheckRunner(executors_for([f"sim:{scenario}"]), manifest=manifest)
     for result in no_approval.run(["bench"]):
-        assert result.verdict == Verdict.UNKNOWN and "--approve-active" in result.reason
+        assert result.verdict == Verdict.UNKNOWN and "not approved" in result.reason
 
 
 def gpu_box(runner: CheckRunner, host: str = "local") -> CheckRunner:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent.redact import RedactionMappingError, Redactor
+from eval.bench_redact import EVIDENCE_LINES, cases, real_logs, sensitive_values, survives
 
 
 @pytest.mark.parametrize("secret", [
@@ -140,3 +141,85 @@ def test_the_llm_receives_only_placeholders_and_the_local_summary_gets_the_real_
     assert summary.key_lines == [line] and "gpu-a17" in summary.entities.hosts  # restored, then grounded
     assert reasoner.usage.fallbacks == 0
     assert calls[0]["redacted"] is True and calls[0]["model"] == "stub-model" and calls[0]["prompt_version"]
+
+
+# ---- the public secret corpus, structured evidence, real logs ---------------------------------------------------
+CASES = cases()  # the bench (eval/bench_redact.py) and these tests read the same fixtures
+
+
+def test_the_secret_corpus_is_large_and_covers_every_family() -> None:
+    families = {case["family"] for case in CASES}
+    assert len(CASES) >= 250
+    assert {"aws", "azure", "google", "slack", "jwt", "private-key", "password", "auth-header", "keyword", "vendor",
+            "host", "ip", "openai", "huggingface", "github", "anthropic"} <= families
+    assert all(case["secret"] in case["text"] for case in CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c['id']}-{c['family']}" for c in CASES])
+def test_no_public_secret_survives_not_even_in_part(case: dict[str, str]) -> None:
+    redactor = Redactor()
+    out = redactor.text(case["text"])
+    assert survives(case["secret"], out) is None, out
+    assert redactor.restore(out) == case["text"]
+
+
+@pytest.mark.parametrize(("text", "host"), [
+    ("Jan  2 03:04:05 GENOA-01 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1234", "GENOA-01"),
+    ("h100-2:4121:4188 [5] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB", "h100-2"),
+    ("[rank3]:h100-7:88213:88410 [3] NCCL INFO Channel 00/0 : 3[3] -> 4[4] via P2P/CUMEM", "h100-7"),
+    ("Warning  FailedScheduling  pod/trainer-7f9c5d-x2k4p  0/16 nodes are available", "trainer-7f9c5d-x2k4p"),
+    ("ssh alice@h100-2 'nvidia-smi -q'", "h100-2"),
+])
+def test_host_names_in_log_positions_go_everywhere_in_the_text(text: str, host: str) -> None:
+    out = Redactor().text(f"{text}\nlater: {host} rebooted")
+    assert host not in out and out.endswith("later: <host-1> rebooted")
+
+
+EVIDENCE = ["xid_scan:xid_48@GPU3", "xid_48", "GPU3", "nvidia-nvswitch0", "mlx5_0", "23.10-1.1.9.0",
+            "MLNX_OFED_LINUX-23.10-1.1.9.0", "2.20.5+cuda12.4", "0000:3b:00.0",
+            "GPU-5fa2b3c4-1111-2222-3333-444455556666",
+            "GPU.MEMORY.UNCORRECTABLE_ECC", "/go/src/github.com/NVIDIA/go-nvml/pkg/nvml/device.go:123",
+            "/opt/conda/lib/python3.10/site-packages/torch/distributed/distributed_c10d.py",
+            "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1269", "pcie_link:gen_downgrade@0000:3b:00.0"]
+
+
+@pytest.mark.parametrize("evidence", EVIDENCE)
+def test_structured_evidence_is_never_touched(evidence: str) -> None:
+    for text in (evidence, f"found: {evidence}", f"{evidence}, seen on node-1 (10.0.0.7)"):
+        out = Redactor(hostnames=["node-1"], usernames=["alice"]).text(text)
+        assert evidence in out, out
+
+
+def test_a_check_id_before_a_host_stays_and_the_host_goes() -> None:
+    out = Redactor(hostnames=["node-1"]).text("found nothing: framework_versions@node-1")
+    assert out == "found nothing: framework_versions@<host-1>"  # the check id is no user; the host name must go
+
+
+def test_ticket_style_evidence_lines_pass_through_unchanged() -> None:
+    text = EVIDENCE_LINES.read_text(encoding="utf-8")
+    assert Redactor(hostnames=["trainer7"], usernames=["alice"]).text(text) == text
+
+
+def test_a_log_that_repeats_lines_is_redacted_as_if_line_by_line() -> None:
+    once, thrice = Redactor(hostnames=["trainer7"]), Redactor(hostnames=["trainer7"])
+    assert thrice.text(REALISTIC_LOG * 3) == once.text(REALISTIC_LOG) * 3 and thrice.originals == once.originals
+
+
+def test_secrets_that_differ_only_in_case_restore_exactly() -> None:
+    redactor = Redactor()
+    text = "password=Scatter12 and later password=scatter12"
+    out = redactor.text(text)
+    assert "catter12" not in out and redactor.restore(out) == text
+
+
+def test_false_redaction_on_real_gpu_logs_stays_under_one_percent_and_restores() -> None:
+    legit = sensitive_values()
+    tokens = false = 0
+    for path in real_logs():
+        text = path.read_text(encoding="utf-8", errors="replace")
+        redactor = Redactor()
+        out = redactor.text(text)
+        assert redactor.restore(out) == text, path
+        tokens += len(text.split())
+        false += sum(out.count(p) for p, value in redactor.originals.items() if value not in legit)
+    assert tokens > 10_000 and false / tokens <= 0.01

@@ -88,7 +88,7 @@ def test_the_webhook_gets_the_filled_template_built_from_the_redacted_ticket(rec
     assert body["fields"]["summary"] == "[aidai] NCCL timeout on <host-1>"
     assert body["fields"]["labels"] == ["aidai", "escalated"] and body["aidai"]["hosts"] == ["<host-1>"]
     assert body["aidai"]["stopped"]["limit"] == "max_checks"  # a whole-string field keeps its JSON type
-    assert "# aidai escalation ticket" in body["fields"]["description"]
+    assert body["fields"]["description"].startswith("# Escalation: NCCL timeout on <host-1>")
     assert all(value not in json.dumps(body) for value in (SECRET, "gpu-a17", "10.0.0.7"))
 
     assert post(receiver.url, render_body(None, data)) == 201  # no template: the ticket JSON itself
@@ -112,7 +112,7 @@ def test_a_receiver_that_refuses_or_never_answers_is_a_clear_error(tmp_path: Pat
 
 
 @pytest.mark.parametrize(("content", "error"), [
-    ('{"summary": "{{title}}"}', r"unknown field\(s\) title"),
+    ('{"summary": "{{headline}}"}', r"unknown field\(s\) headline"),
     ('{"summary": ', "not JSON"),
 ])
 def test_bad_templates_and_urls_are_refused_before_anything_is_sent(tmp_path: Path, content: str, error: str) -> None:

@@ -142,7 +142,7 @@ class CheckRunner:
                                summary=f"not run: {spec.tier} check needs approval",
                                reason=f"{spec.tier} check ({spec.description}; about {spec.expected_cost_s:.0f} s, "
                                       f"needs {', '.join(spec.needs) or 'nothing'}) was not approved; "
-                                      f"re-run with --approve-active to allow it")
+                                      f"it runs only with the operator's approval")
         executor = self.executors[host]
         params = {"host": host, "profile": self.expectations[host].values, "known_bad": load_known_bad(),
                   "window_s": 7200, **self.params}

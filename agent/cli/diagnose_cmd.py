@@ -19,8 +19,9 @@ from rich.markup import escape
 
 from agent.cli.render import ProgressView, make_answer, report_panel, resume_command
 from agent.executors.hosts import SPEC_HELP, HostSpecError
-from agent.incident import MAX_TEXT_BYTES, Incident, IncidentError
+from agent.incident import Incident, IncidentError
 from agent.reasoning.factory import KINDS, ReasonerConfigError
+from agent.textinput import Received, clean_field, hold, joined, receive_bytes, receive_text
 
 if TYPE_CHECKING:
     from agent.diagnosis import Answer, DiagnoseOptions
@@ -108,18 +109,22 @@ def clean_errors(console: Console) -> Iterator[None]:
         raise typer.Exit(EXIT_BAD_INPUT) from None
 
 
-def make_incident(text: str, environment: str = "", hosts: list[str] | None = None,
+def make_incident(text: str | list[Received], environment: str = "", hosts: list[str] | None = None,
                   attachments: dict[str, Path | None] | None = None, at: str | None = None) -> Incident:
-    """Incident(...) with its validation error turned back into the IncidentError it carries."""
+    """Incident(...) from text as read (agent/textinput.py's policy: decoded, cleaned, a large log excerpted and
+    held whole, to be saved next to the run by run_diagnosis), with its validation error turned back into the
+    IncidentError it carries."""
     from pydantic import ValidationError
 
+    parts = [receive_text(text, "the incident text")] if isinstance(text, str) else text
     attached = {kind: path for kind, path in (attachments or {}).items() if path is not None}
     for kind, path in attached.items():
         if not path.exists():
             raise IncidentError(f"--{ATTACHMENT_FLAGS[kind]} {path}: no such file or directory")
     try:
-        return Incident(text=text, environment=environment or "", hosts=list(hosts or []),
-                        attachments={kind: str(path) for kind, path in attached.items()}, at=at or None)
+        return hold(Incident(text=joined(parts), environment=clean_field(environment or "", "--environment"),
+                             hosts=list(hosts or []), attachments={kind: str(path) for kind, path in attached.items()},
+                             at=at or None), parts)
     except ValidationError as exc:
         error = exc.errors()[0]
         cause = (error.get("ctx") or {}).get("error")
@@ -141,22 +146,24 @@ MetricsOpt = Annotated[Path | None, typer.Option("--metrics", metavar="CSV", hel
                                                  "KAIOPS classifies the task and its priors rank the categories.")]
 
 
-def read_incident_text(text: str | None, file: Path | None) -> str:
-    """TEXT, --file F (`-`: stdin) or TEXT `-` (stdin); with both TEXT and --file, the file follows the text."""
-    parts: list[str] = []
+def read_incident_text(text: str | None, file: Path | None) -> list[Received]:
+    """TEXT, --file F (`-`: stdin) or TEXT `-` (stdin); with both TEXT and --file, the file follows the text. Each
+    is read as agent/textinput.py says: any encoding, control characters dropped, a binary refused (NotText, exit
+    2), a large log excerpted (the whole attached to the run)."""
+    parts: list[Received] = []
     if text == "-" or (file is not None and str(file) == "-"):
-        parts.append(sys.stdin.read())
+        stdin = getattr(sys.stdin, "buffer", None)
+        parts.append(receive_bytes(stdin.read(), "stdin") if stdin is not None
+                     else receive_text(sys.stdin.read(), "stdin"))
     if text and text != "-":
-        parts.insert(0, text)
+        parts.insert(0, receive_text(text, "the incident text"))
     if file is not None and str(file) != "-":
-        size = file.stat().st_size  # FileNotFoundError: a clean error
-        if size > MAX_TEXT_BYTES:
-            raise IncidentError(f"{file} is {size / 2**20:.1f} MiB (limit {MAX_TEXT_BYTES // 2**20} MiB): pass the "
-                                "error excerpt as the incident and keep the full log for the ticket")
-        parts.append(file.read_bytes().decode("utf-8", "replace"))
+        if file.is_dir():
+            raise IsADirectoryError(f"--file {file} is a directory: give a log file (the job's logs: --logs DIR)")
+        parts.append(receive_bytes(file.read_bytes(), file.name))  # FileNotFoundError: a clean error
     if text is None and file is None:
         raise IncidentError("no incident given: pass TEXT, --file F, or - to read it from stdin")
-    return "\n\n".join(parts)
+    return parts
 
 
 def ssh_options(key: str | None, known_hosts: str | None, trust_new_host_keys: bool) -> dict[str, object]:

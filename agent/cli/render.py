@@ -3,16 +3,19 @@ final report panel, and the prompts that answer the graph's interrupts. No diagn
 
 from __future__ import annotations
 
+import re
+import select
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group, RenderableType
 from rich.markup import escape
 from rich.padding import Padding
 from rich.panel import Panel
-from rich.prompt import Confirm
 from rich.status import Status
 from rich.table import Table
 from rich.text import Text
@@ -55,6 +58,15 @@ class ProgressView:
         self._status: Status | None = None
         self._active = False
         self._began = time.perf_counter()
+        # what is on the screen already: a walk again (widened, or after the user's answer) prints only what is
+        # new; a node entered again is shown only when something new happens under it
+        self._entered: set[str] = set()
+        self._ranked: dict[str, tuple[str, ...]] = {}
+        self._judged: dict[str, str] = {}
+        self._skipped: set[tuple[str, ...]] = set()
+        self._pending: list[tuple[int, str]] = []  # (depth, line) of nodes entered again, printed on demand
+        self._fresh = ""  # the node whose line was just printed for the first time: its verdict belongs under it
+        self._summaries = 0
 
     # ---- spinner ------------------------------------------------------------------------------------------
     def __enter__(self) -> ProgressView:
@@ -74,6 +86,7 @@ class ProgressView:
 
     @contextmanager
     def paused(self) -> Iterator[None]:
+        self._flush()  # a question about a node comes after the path to it
         running = self._active and self._status is not None
         if running:
             self._status.stop()  # type: ignore[union-attr]
@@ -88,6 +101,16 @@ class ProgressView:
     def line(self, markup: str) -> None:
         self.console.print(markup, highlight=False, soft_wrap=True)  # one line each, the terminal wraps
 
+    def new(self, markup: str) -> None:
+        """A line that is news: the nodes entered again above it are shown first, so it reads in its place."""
+        self._flush()
+        self.line(markup)
+
+    def _flush(self) -> None:
+        for _, markup in self._pending:
+            self.line(markup)
+        self._pending = []
+
     # ---- events -------------------------------------------------------------------------------------------
     def __call__(self, event: dict[str, Any]) -> None:
         try:
@@ -101,6 +124,13 @@ class ProgressView:
         return "  " * (self.depth + extra)
 
     def _on_summary(self, e: dict[str, Any]) -> None:
+        self._summaries += 1
+        if self._summaries > 1:  # the user's answer became part of the incident: the walk starts again
+            self.line("[bold]your answer[/] is part of the incident now: searching again "
+                      "[dim](only what is new is shown)[/]")
+            self.pipeline, self.depth = 2, 0
+            self.set("choosing the next hypothesis")
+            return
         self.line(f"[bold]incident[/]: {escape(_clip(e.get('title', ''), 160))}")
         entities = e.get("entities") or {}
         named = [f"{k} {', '.join(map(str, v))}" for k, v in entities.items() if v and k != "versions"]
@@ -136,11 +166,21 @@ class ProgressView:
             self.pipeline = 2
             self.line("[bold]pipeline 2[/] taxonomy search (depth first)")
         self.depth = int(e.get("depth", 1))
-        self.line(f"{self._indent()}[cyan]▸ {escape(e['node'])}[/]")
+        markup = f"{self._indent()}[cyan]▸ {escape(e['node'])}[/]"
+        self._pending = [(d, m) for d, m in self._pending if d < self.depth]
+        if e["node"] in self._entered:
+            self._pending.append((self.depth, markup))
+            self._fresh = ""
+        else:
+            self._entered.add(e["node"])
+            self._fresh = e["node"]
+            self.new(markup)
         self.set(f"pipeline 2: {e['node']}")
 
     def _on_widen(self, e: dict[str, Any]) -> None:
-        self.line("[bold]pipeline 2[/] nothing confirmed yet: searching every branch with an untested leaf")
+        self._pending = []
+        self.line("[bold]pipeline 2[/] nothing confirmed yet: searching every branch with an untested leaf "
+                  "[dim](only what is new is shown)[/]")
         self.set("pipeline 2: widened search")
 
     def _on_rank(self, e: dict[str, Any]) -> None:
@@ -153,11 +193,20 @@ class ProgressView:
         ranked = e.get("ranked", [])
         kept = [r for r in ranked if r.get("keep")]
         pruned = len(ranked) - len(kept)
-        if kept:
-            order = ", ".join(f"{escape(_short(r['label']))} {r['score']:.2f}" for r in kept)
-            self.line(f"{self._indent(1)}[dim]next: {order}{f' ({pruned} pruned)' if pruned else ''}[/]")
-        else:
-            self.line(f"{self._indent(1)}[dim]⊘ no child of {escape(_short(node))} is relevant: back up[/]")
+        order = tuple(r["label"] for r in kept)
+        before = self._ranked.get(node)
+        self._ranked[node] = order
+        if before is None or [label for label in before if label in order] != [lb for lb in order if lb in before]:
+            # first seen, or the order changed (the user's answer re-ranked it): the whole ranking is news
+            if kept:
+                shown = ", ".join(f"{escape(_short(r['label']))} {r['score']:.2f}" for r in kept)
+                word = "next" if before is None else "re-ranked"
+                self.new(f"{self._indent(1)}[dim]{word}: {shown}{f' ({pruned} pruned)' if pruned else ''}[/]")
+            elif before is None:
+                self.new(f"{self._indent(1)}[dim]⊘ no child of {escape(_short(node))} is relevant: back up[/]")
+        elif added := [r for r in kept if r["label"] not in before]:  # the widened walk keeps more: only those
+            shown = ", ".join(f"{escape(_short(r['label']))} {r['score']:.2f}" for r in added)
+            self.new(f"{self._indent(1)}[dim]also: {shown}[/]")
         self.set("choosing the next hypothesis")
 
     def _on_checks(self, e: dict[str, Any]) -> None:
@@ -173,26 +222,35 @@ class ProgressView:
             return
         verdict = str(e.get("verdict", "UNKNOWN"))
         style = VERDICT_STYLE.get(verdict, "")
-        self.line(f"{self._indent(1)}[{style}]{VERDICT_ICON.get(verdict, '?')} {verdict:<7}[/] "
+        self.new(f"{self._indent(1)}[{style}]{VERDICT_ICON.get(verdict, '?')} {verdict:<7}[/] "
                   f"{escape(e['check'])}@{escape(e['host'])}: {escape(_clip(e.get('summary', ''), 160))} "
                   f"[dim]{float(e.get('duration_s', 0)):.1f}s[/]")
 
     def _on_skipped(self, e: dict[str, Any]) -> None:
-        self.line(f"{self._indent(1)}[dim]skipped {escape(', '.join(e.get('checks', [])))} (active): "
+        key = (e.get("node", ""), *e.get("checks", []))
+        if key in self._skipped:
+            return
+        self._skipped.add(key)
+        self.new(f"{self._indent(1)}[dim]skipped {escape(', '.join(e.get('checks', [])))} (active): "
                   f"{escape(e.get('why', ''))}[/]")
 
     def _on_judgement(self, e: dict[str, Any]) -> None:
         status, label = e.get("status"), escape(e.get("label", ""))
+        if self._judged.get(e.get("label", "")) == status and e.get("label") != self._fresh:  # the same again
+            self.set("choosing the next hypothesis")
+            return
+        self._judged[e.get("label", "")] = str(status)
         if status == "confirmed":
-            self.line(f"{self._indent(1)}[bold green]✔ confirmed[/] [bold]{label}[/] "
-                      f"({float(e.get('confidence', 0)):.2f}): {escape(_clip(e.get('why', ''), 200))}")
+            self.new(f"{self._indent(1)}[bold green]✔ confirmed[/] [bold]{label}[/] "
+                     f"({float(e.get('confidence', 0)):.2f}): {escape(_clip(e.get('why', ''), 200))}")
         elif status == "inconclusive":
-            self.line(f"{self._indent(1)}[yellow]? inconclusive[/] {label}: {escape(_clip(e.get('why', ''), 160))}")
+            self.new(f"{self._indent(1)}[yellow]? inconclusive[/] {label}: {escape(_clip(e.get('why', ''), 160))}")
         else:
-            self.line(f"{self._indent(1)}[red]✘ rejected[/] [dim]{label}[/]")
+            self.new(f"{self._indent(1)}[red]✘ rejected[/] [dim]{label}[/]")
         self.set("choosing the next hypothesis")
 
     def _on_exploration(self, e: dict[str, Any]) -> None:
+        self._pending = []
         n = len(e.get("hypotheses", []))
         self.line(f"[bold]pipeline 3[/] no check confirmed a cause; {n} suggestion(s) from the knowledge base")
         self.set("concluding")
@@ -207,36 +265,114 @@ class ProgressView:
 
 
 # ---- prompts ----------------------------------------------------------------------------------------------
-def confirm(console: Console, question: str, default: bool = False) -> bool:
+PASTE_GAP_S = 0.05  # lines already waiting this soon after an Enter were pasted with it
+APPROVE_ALL = {"a", "all", "y", "yes"}
+APPROVE_NONE = {"", "n", "no", "none"}
+
+
+def _input(console: Console, prompt: str) -> str | None:
     try:
-        return Confirm.ask(question, console=console, default=default)
+        return console.input(prompt)
     except EOFError:
-        return default
+        return None
 
 
-def read_lines(console: Console, prompt: str) -> str:
-    """Lines until an empty one (or end of input); the prompt is shown once."""
+def _pasted() -> bool:
+    """More input is already waiting on the terminal: the rest of a paste, not a line typed later."""
+    try:
+        return sys.stdin.isatty() and bool(select.select([sys.stdin], [], [], PASTE_GAP_S)[0])
+    except (OSError, ValueError, AttributeError):  # no real stdin (a test runner's): no paste
+        return False
+
+
+def read_answer(console: Console, prompt: str, *, paste: bool = True) -> str:
+    """One answer, ended by one Enter. On a terminal, lines pasted together with it (several error lines) belong
+    to it: they are already waiting when its Enter is read. Without a terminal (a script) a `paste` answer reads
+    up to an empty line or the end of input, as a script cannot paste."""
     console.print(prompt, highlight=False)
-    lines: list[str] = []
-    while True:
-        try:
-            line = console.input("[dim]>[/] ")
-        except EOFError:
-            break
-        if not line.strip():
+    first = _input(console, "[dim]>[/] ")
+    if first is None:
+        return ""
+    lines = [first]
+    interactive = sys.stdin.isatty() if hasattr(sys.stdin, "isatty") else False
+    while paste and (_pasted() if interactive else first.strip()):
+        line = _input(console, "")
+        if line is None or (not interactive and not line.strip()):
             break
         lines.append(line)
-    return "\n".join(lines)
+    return "\n".join(lines).strip()
+
+
+@cache
+def _taxonomy() -> Any:
+    from agent.taxonomy import load_taxonomy
+
+    return load_taxonomy()
+
+
+def check_purpose(node: str, check: str) -> str:
+    """Why a check is asked at this node: the hypotheses it would confirm or rule out (the leaves below the node
+    whose evidence rules read it), else the node itself."""
+    try:
+        taxonomy = _taxonomy()
+        leaves = [leaf.label for leaf in taxonomy.leaves(node)
+                  if any(rule.split(":", 1)[0] == check for rule in leaf.evidence)]
+    except Exception:  # a view never breaks the diagnosis: the node's label says enough
+        leaves = []
+    if not leaves:
+        return f"tests {node or 'the incident'}"
+    shown = ", ".join(_short(label) for label in leaves[:4]) + (f" and {len(leaves) - 4} more" if len(leaves) > 4
+                                                                  else "")
+    return f"tests {shown}"
+
+
+def parse_selection(answer: str, ids: list[str]) -> dict[str, bool] | None:
+    """all / none / a subset by number or id (`1,3`, `1 3`, `dcgm_diag`); None when it is not one of those."""
+    text = answer.strip().lower()
+    if text in APPROVE_ALL:
+        return dict.fromkeys(ids, True)
+    if text in APPROVE_NONE:
+        return dict.fromkeys(ids, False)
+    chosen: set[str] = set()
+    for token in filter(None, re.split(r"[\s,;]+", text)):
+        if token.isdigit() and 1 <= int(token) <= len(ids):
+            chosen.add(ids[int(token) - 1])
+        elif token in ids:
+            chosen.add(token)
+        else:
+            return None
+    return {c: c in chosen for c in ids}
 
 
 def ask_approval(console: Console, payload: dict[str, Any]) -> dict[str, bool]:
-    console.print(f"[yellow]{escape(payload.get('node', ''))}[/] needs checks that load the GPUs or the network:")
-    answers = {}
-    for check in payload.get("checks", []):
-        answers[check["id"]] = confirm(
-            console, f"  run [bold]{escape(check['id'])}[/] ({escape(check.get('tier', 'active'))}, about "
-                     f"{float(check.get('expected_cost_s', 0)):.0f} s): {escape(check.get('description', ''))}?")
-    return answers
+    """One question for all the active checks of this step, each with its cost and the hypothesis it tests."""
+    node = str(payload.get("node", ""))
+    checks = payload.get("checks", [])
+    ids = [str(c["id"]) for c in checks]
+    if not ids:
+        return {}
+    total = sum(float(c.get("expected_cost_s", 0)) for c in checks)
+    console.print(f"[yellow]{escape(node or 'this step')}[/]: the read-only checks did not decide it. "
+                  f"{'A test that loads' if len(ids) == 1 else f'{len(ids)} tests that load'} the GPUs or the "
+                  f"network would (about {total:.0f} s in all):", highlight=False)
+    for i, check in enumerate(checks, 1):
+        console.print(f"  {i}. [bold]{escape(check['id'])}[/] about {float(check.get('expected_cost_s', 0)):.0f} s, "
+                      f"{escape(check_purpose(node, check['id']))}: {escape(_clip(check.get('description', ''), 160))}",
+                      highlight=False)
+    if len(ids) == 1:
+        question = "Run it? [bold]y[/]es / [bold]n[/]o [dim](Enter: no)[/] "
+    else:
+        question = "Run them? [bold]a[/]ll / [bold]n[/]one / some by number, e.g. [bold]1,3[/] [dim](Enter: none)[/] "
+    for _ in range(3):
+        answer = _input(console, question)
+        if answer is None:
+            break
+        chosen = parse_selection(answer, ids)
+        if chosen is not None:
+            return chosen
+        console.print(f"[dim]answer {'y or n' if len(ids) == 1 else 'a, n, or numbers from 1 to ' + str(len(ids))}[/]",
+                      highlight=False)
+    return dict.fromkeys(ids, False)
 
 
 def print_suggestions(console: Console, hypotheses: list[dict[str, Any]], max_steps: int = 4) -> None:
@@ -253,7 +389,7 @@ def ask_feedback(console: Console, payload: dict[str, Any]) -> str:
     if hypotheses:
         console.print("[bold]No check confirmed a cause. Things worth looking at:[/]")
         print_suggestions(console, hypotheses)
-    return read_lines(console, f"[bold]{escape(payload.get('question', 'What else do you see?'))}[/]")
+    return read_answer(console, f"[bold]{escape(payload.get('question', 'What else do you see?'))}[/]")
 
 
 Answer = Callable[[dict[str, Any]], Any]
@@ -323,7 +459,11 @@ def _grid(rows: list[tuple[str, str]], indent: int = 0) -> RenderableType:
     return Padding(grid, (0, 0, 0, indent)) if indent else grid
 
 
-def report_panel(report: Report, *, resume_hint: str = "") -> Panel:
+CLI_APPROVE_HINT = "allow with --approve-active or --ask"
+
+
+def report_panel(report: Report, *, resume_hint: str = "", approve_hint: str = CLI_APPROVE_HINT) -> Panel:
+    """`approve_hint`: how the reader of this face allows the active checks left waiting for approval."""
     parts: list[RenderableType] = []
     if report.resolved:
         head = f"[bold green]RESOLVED[/] by {PIPELINES.get(report.pipeline, f'pipeline {report.pipeline}')}"
@@ -366,8 +506,8 @@ def report_panel(report: Report, *, resume_hint: str = "") -> Panel:
                        f"wall {report.wall_s:.1f} s"),
             ("LLM", f"{escape(report.reasoner)}: {report.llm_calls} call(s), {report.tokens} tokens{fallbacks}")]
     if waiting:
-        rows.append(("not run", f"[magenta]{escape(', '.join(waiting))}[/] (approval required: allow with "
-                                "--approve-active or --ask)"))
+        rows.append(("not run", f"[magenta]{escape(', '.join(waiting))}[/] (approval required: "
+                                f"{escape(approve_hint)})"))
     rows.append(("run", escape(report.run_id)))
     if resume_hint:
         rows.append(("resume", escape(resume_hint)))

@@ -26,11 +26,17 @@ from agent.reasoning.base import (
     PastIncident,
     Usage,
 )
+from agent.reasoning.statements import stated_leaves
 from agent.taxonomy import Taxonomy
 
 Embed = Callable[[list[str]], np.ndarray]
 KEEP_AT_ROOT = 3  # categories explored even without a signal: the incident text is often vague
 KEEP_BELOW = 1
+STATED = 1.0  # the customer says a version of this library works or fails, or that it changed: as strong as an Xid
+# how relevant a suggestion is to this incident (pipeline 3 ranks by it): similarity to the incident, plus
+TEXT_FIT = 0.5  # its signatures or Xids in the incident's lines
+WEAK_EVIDENCE = 0.3  # a check found something that points at it, too weak to confirm
+WARNING = 0.4  # a warning a check raised on these hosts: seen, but not tied to the incident
 STEP_LINE = re.compile(r"^\s*(?:[-*]|\d+[.)])\s+(.+)")
 
 
@@ -49,6 +55,7 @@ class OfflineReasoner:
         self.usage = Usage()
         self._node_vectors: dict[str, np.ndarray] = {}
         self._query_vectors: dict[str, np.ndarray] = {}
+        self._stated: dict[str, dict[str, str]] = {}
 
     # ---- text signals -------------------------------------------------------------------------------------
     @cached_property
@@ -86,6 +93,14 @@ class OfflineReasoner:
     def text_fit(self, summary: IncidentSummary, label: str) -> bool:
         return self.signature_hits(summary.text, label) > 0 or self.xid_hit(summary, label)
 
+    def stated(self, summary: IncidentSummary, label: str) -> str:
+        """The customer's sentence about versions or a change that points into this node's subtree ('' if none):
+        "deepspeed 0.15.3 works, 0.16.4 fails" → FRAMEWORK_LIBRARY.DEEPSPEED.BUG."""
+        if summary.text not in self._stated:
+            self._stated = {summary.text: stated_leaves(self.taxonomy, summary.text)}
+        said = self._stated[summary.text]
+        return next((said[leaf.label] for leaf in self.taxonomy.leaves(label) if leaf.label in said), "")
+
     # ---- Reasoner -----------------------------------------------------------------------------------------
     def summarize(self, incident: Incident) -> IncidentSummary:
         # the environment (SKU, driver, OFED/HPC-X, PSU ...) is evidence too: signatures may match it
@@ -114,15 +129,17 @@ class OfflineReasoner:
             xid = self.xid_hit(summary, child.label)
             seen = self._memory_evidence(child.label, results)
             prior = priors.get(child.label, 0.0)
-            score = min(hits, 3) * 0.5 + xid * 1.0 + sims[child.label] * 1.5 + prior + seen
+            said = self.stated(summary, child.label)
+            score = min(hits, 3) * 0.5 + xid * 1.0 + sims[child.label] * 1.5 + prior + seen + STATED * bool(said)
             why = ", ".join(part for part in (
                 f"{hits} signature(s) in the incident" if hits else "",
                 "Xid code in the incident" if xid else "",
+                f"the customer says: {said}" if said else "",
                 f"check evidence {seen:.1f}" if seen else "",
                 f"similar past incidents {prior:.2f}" if prior else "",
                 f"text similarity {sims[child.label]:.2f}")
                 if part)
-            signal = hits > 0 or xid or seen > 0 or prior >= 0.3
+            signal = hits > 0 or xid or seen > 0 or prior >= 0.3 or bool(said)
             scored.append((score, Choice(label=child.label, score=round(score, 4), keep=signal, why=why)))
         scored.sort(key=lambda item: -item[0])
         floor = KEEP_AT_ROOT if not parent.label else KEEP_BELOW
@@ -158,29 +175,46 @@ class OfflineReasoner:
 
     def explore(self, summary: IncidentSummary, memory: list[Observation], passages: list[KBPassage],
                 tested: list[LeafJudgement]) -> list[ExplorationHypothesis]:
-        out: list[ExplorationHypothesis] = []
+        """Leaves the checks could not decide, knowledge-base guides and warnings, most relevant to this incident
+        first: a leaf left open only because its check had nothing to read (no checkpoint directory given) is not
+        a lead unless the incident points at it."""
+        scored: list[tuple[float, ExplorationHypothesis]] = []
         for judgement in tested:
             if judgement.status != "inconclusive":
                 continue
             node = self.taxonomy.node(judgement.label)
-            out.append(ExplorationHypothesis(
+            scored.append((self._relevance(summary, judgement), ExplorationHypothesis(
                 title=f"Unverified: {judgement.label}", why=judgement.why,
-                steps=[node.runbook], related_labels=[judgement.label]))
+                steps=[node.runbook], related_labels=[judgement.label])))
         seen_docs: set[str] = set()
         for passage in passages:
             if passage.doc in seen_docs:
                 continue
             seen_docs.add(passage.doc)
             steps = [m.group(1).strip() for m in map(STEP_LINE.match, passage.text.splitlines()) if m][:5]
-            out.append(ExplorationHypothesis(
+            scored.append((passage.score, ExplorationHypothesis(
                 title=passage.title, why=f"the knowledge base matches the incident (score {passage.score:.2f})",
-                steps=steps or [passage.text[:300]], sources=[passage.doc]))
+                steps=steps or [passage.text[:300]], sources=[passage.doc])))
         warned = [o.result for o in memory if o.result.verdict == Verdict.WARN]
         for result in warned[:3]:
-            out.append(ExplorationHypothesis(
+            scored.append((WARNING, ExplorationHypothesis(
                 title=f"Follow up the warning of {result.check} on {result.host}", why=result.summary[:300],
-                steps=[f"look at: {f.message}" for f in result.failing()[:3]]))
-        return out[:8]
+                steps=[f"look at: {f.message}" for f in result.failing()[:3]])))
+        scored.sort(key=lambda item: -item[0])  # stable: equal relevance keeps the order above
+        return [hypothesis for _, hypothesis in scored][:8]
+
+    def _relevance(self, summary: IncidentSummary, judgement: LeafJudgement) -> float:
+        """An undecided leaf's relevance, on the scale of a KB passage's similarity score: its similarity to the
+        incident, weighed by where that similarity ranks among every leaf's (a description close to any training
+        job, like a corrupted checkpoint's, is no lead unless it is among the closest), plus the incident's own
+        pointers to it and any weak check evidence."""
+        leaves = self.taxonomy.labels(leaves_only=True)
+        sims = self.similarity(summary, leaves)
+        sim = max(sims.get(judgement.label, 0.0), 0.0)
+        closer = sum(1 for label in leaves if sims[label] > sim)
+        fit = self.text_fit(summary, judgement.label) or bool(self.stated(summary, judgement.label))
+        return (sim * (1 - closer / max(len(leaves), 1)) ** 2 + TEXT_FIT * fit
+                + WEAK_EVIDENCE * (judgement.evidence.strength == "weak"))
 
     def conclude(self, summary: IncidentSummary, confirmed: list[LeafJudgement],
                  memory: list[Observation]) -> str:

@@ -22,8 +22,21 @@ RANK = re.compile(r"\brank\s*[:=]?\s*(\d{1,5})\b", re.IGNORECASE)
 # "NVRM: Xid (PCI:0000:3b:00): 79, ...", old drivers' "Xid (0000:01:00): 79", and prose "Xid 79" / "XID: 79"
 XID = re.compile(r"\bXid\b(?:\s*\((?:PCI:)?[0-9a-fA-F:.]+\))?\s*[:=]?\s*(\d{1,3})\b", re.IGNORECASE)
 DEVICE = re.compile(r"\b(mlx5_(?:ib)?\d+|ib\d+|eth\d+|ens\w+|enp\w+|bond\d+|eno\d+|hsn\d+)\b")
+# host-name candidates; `_host_name` keeps those that read as hosts (model, stage and package names share the shape)
 HOST = re.compile(r"\b((?:[a-z][a-z0-9]*-)+[a-z0-9]*\d[a-z0-9]*|node\d+|gpu\d{2,}|c\d{3}(?:-\d+)?)\b",
                   re.IGNORECASE)
+HOST_SHAPE = re.compile(r"node\d+|gpu\d{2,}|c\d{3}(?:-\d+)?", re.IGNORECASE)
+# first words of host names that need no context (node-7, gpu-a17, dgx-03, ip-10-0-0-12)
+HOST_WORDS = {"node", "host", "gpu", "worker", "compute", "server", "srv", "vm", "dgx", "hgx", "cn", "gn", "ip",
+              "instance", "machine", "rack", "login", "head"}
+# a name-part no host name has: a model size (70B, 8x7b, 80GB), a CUDA/Python tag (cu12, py3), a form factor
+# (SXM5, PCIe, NVL72), a number format (fp8, bf16, int4) or an architecture
+NOT_HOST_PART = re.compile(r"\d+(?:\.\d+)?[kmbt]b?|\d+x\d+[kmbt]?b?|cu\d+|py\d+|sxm\d*|pcie\d*|nvl\d*|fp\d+|bf\d+|"
+                           r"int\d+|x86|x64|amd64|arm64|aarch64", re.IGNORECASE)
+NOT_HOST_PREFIX = ("cuda", "nccl", "nvidia", "lib", "python", "torch", "pytorch")
+# what precedes a host name in prose and logs: "hosts a-1, b-2", "node=x-3", "user@x-3", "ssh x-3"
+HOST_BEFORE = re.compile(r"(?:\b(?:hosts?|hostnames?|nodes?|servers?|machines?|workers?|vms?|instances?)\b\s*[:=]?\s*"
+                         r"(?:[\w.-]+\s*(?:,|\band\b)\s*)*|@|\bssh\s+)$", re.IGNORECASE)
 ERROR_CODE = re.compile(r"\b(CUDA_ERROR_[A-Z_]+|cuda(?:Error)[A-Za-z]+|nccl[A-Z][A-Za-z]+Error|NCCL_[A-Z_]+|"
                         r"DCGM_FR_[A-Z_]+|E(?:CONNREFUSED|CONNRESET|TIMEDOUT|HOSTUNREACH|NOMEM|NODEV|PERM|"
                         r"ACCES|NOENT|AGAIN|IO)|SIG(?:KILL|SEGV|ABRT|BUS|TERM)|Xid \d+)\b")
@@ -66,14 +79,32 @@ def entities(text: str) -> Entities:
     found.ranks = sorted({int(m.group(1)) for m in RANK.finditer(text)})[:64]
     found.xids = sorted({int(m.group(1)) for m in XID.finditer(text)})
     found.devices = _unique(m.group(1) for m in DEVICE.finditer(text))
-    found.hosts = _unique(m.group(1) for m in HOST.finditer(text)
-                          if not DEVICE.fullmatch(m.group(1)) and not m.group(1).lower().startswith(("cuda", "nccl")))
+    found.hosts = _unique(m.group(1) for m in HOST.finditer(text) if _host_name(m.group(1), text, m.start(1)))
     found.error_codes = _unique(m.group(1) for m in ERROR_CODE.finditer(text))
     for name, pattern in VERSIONS.items():
         match = pattern.search(text)
         if match:
             found.versions[name] = match.group(1)
     return found
+
+
+def _host_name(token: str, text: str, start: int) -> bool:
+    """A HOST candidate that reads as a host name: never a device, a product or stage name in mixed case (ZeRO-3,
+    ConnectX-7) or a token with a part no host name has (llama3-70B, A100-SXM-8, nvidia-nccl-cu12); then either
+    said to be a host by what precedes it (`on hosts x-7`, `user@x-7`, a log line's `x-7:` prefix) or shaped like
+    one (node12, node-7, gpu-a17, a name of three or more parts ending in a number: gpu-node-07)."""
+    if DEVICE.fullmatch(token) or token.lower().startswith(NOT_HOST_PREFIX) or re.search(r"[a-z][A-Z]", token):
+        return False
+    parts = token.lower().split("-")
+    if any(NOT_HOST_PART.fullmatch(part) for part in parts):
+        return False
+    line_start = text.rfind("\n", 0, start) + 1
+    before = text[max(line_start, start - 120):start]
+    if HOST_BEFORE.search(before) or (not before.strip(" \t[") and text[start + len(token):].startswith((":", "]"))):
+        return True
+    if HOST_SHAPE.fullmatch(token) or parts[0] in HOST_WORDS:
+        return True
+    return len(parts) >= 3 and parts[-1].isdigit()
 
 
 def title(text: str, lines: list[str]) -> str:

@@ -17,6 +17,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 from sse_starlette.sse import EventSourceResponse
 
+from agent.audit import approval_decision
 from agent.diagnosis import DiagnoseOptions, data_dir, new_run_id
 from agent.report import Report
 from agent.server import events
@@ -116,7 +117,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         except Exception:
             shutil.rmtree(folder, ignore_errors=True)  # no run row, no orphan upload
             raise
-        manager.emit(run_id, {"type": "status", "status": "queued", "by": who.name})
+        manager.emit(run_id, {"type": "status", "status": "queued", "waiting_for": None, "by": who.name})
         manager.submit(run_id)
         return RunCreated(id=run_id, status="queued")
 
@@ -131,7 +132,9 @@ def create_app(config: ServerConfig) -> FastAPI:
         run = get_run(run_id)
         out = _summary(run) | {"pending": run.get("pending"), "error": run.get("error"),
                                "environment": run["incident"].get("environment", ""),
-                               "incident": run["incident"].get("text", ""), "result": None}
+                               "incident": run["incident"].get("text", ""), "result": None,
+                               "approvals": [_decision(e) for e in store.events_of(run_id, "answered")
+                                             if e.get("kind") == "approval"]}
         if run.get("report"):
             out["result"] = Report.model_validate(run["report"]).contract()
         return out
@@ -156,9 +159,10 @@ def create_app(config: ServerConfig) -> FastAPI:
             raise BadInput(f"check(s) {', '.join(extra)} were not asked for; asked: {', '.join(sorted(asked))}")
         answer = {c: bool(body.checks.get(c, False)) for c in sorted(asked)} | {"approved_by": who.name}
         _take(store, run_id, "approval", answer)
-        manager.emit(run_id, {"type": "answered", "kind": "approval", "by": who.name, "checks": answer})
-        manager.submit(run_id)
-        return {"id": run_id, "status": "queued"}
+        decision = approval_decision(answer)
+        manager.answered(run_id, {"kind": "approval", "by": who.name, "node": pending.get("node"), "checks": answer,
+                                  **{k: decision[k] for k in ("decision", "approved", "declined")}})
+        return {"id": run_id, "status": "queued", **decision}
 
     @app.post("/api/runs/{run_id}/answer", status_code=202)
     def answer(run_id: str, body: AnswerRequest, who: Viewer) -> dict[str, Any]:
@@ -167,14 +171,15 @@ def create_app(config: ServerConfig) -> FastAPI:
         if "\x00" in body.answer:
             raise BadInput("the answer contains NUL characters: send text", 415)
         _take(store, run_id, "feedback", body.answer)
-        manager.emit(run_id, {"type": "answered", "kind": "feedback", "by": who.name, "text": body.answer[:2000]})
-        manager.submit(run_id)
+        manager.answered(run_id, {"kind": "feedback", "by": who.name, "text": body.answer[:2000]})
         return {"id": run_id, "status": "queued"}
 
     @app.get("/api/runs/{run_id}/ticket", response_model=None)
     def ticket(run_id: str, who: Viewer, format: Literal["json", "md"] = "json",
-               ) -> dict[str, Any] | PlainTextResponse:
-        """The redacted escalation ticket of a finished run (JSON, or Markdown with format=md)."""
+               channel: Literal["page", "webhook"] = "page") -> dict[str, Any] | PlainTextResponse:
+        """The redacted escalation ticket of a finished run (JSON, or Markdown with format=md). The Markdown says
+        how to allow the active checks that were not approved in the words of its reader: `page` (the default,
+        this server's page) or `webhook` (a ticket system)."""
         run = get_run(run_id)
         if not run.get("report"):
             raise HTTPException(409, f"run {run_id} is {run['status']}: the ticket exists once it is done")
@@ -184,7 +189,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         # the run's own mapping: the ticket names hosts and secrets by the placeholders the LLM saw
         data = run_ticket(Report.model_validate(run["report"]), DiagnoseOptions(**run["options"]))
         if format == "md":
-            return PlainTextResponse(render_markdown(data), media_type="text/markdown; charset=utf-8")
+            return PlainTextResponse(render_markdown(data, channel), media_type="text/markdown; charset=utf-8")
         return data
 
     return app
@@ -215,6 +220,12 @@ def _take(store: RunStore, run_id: str, kind: str, answer: Any) -> None:
         store.take_answer(run_id, kind, answer)
     except RunConflict as exc:
         raise HTTPException(409, str(exc)) from None
+
+
+def _decision(event: dict[str, Any]) -> dict[str, Any]:
+    """An approval answer as the run record shows it."""
+    decision = approval_decision(event.get("checks") or {})
+    return {"node": event.get("node"), "ts": event.get("ts"), **decision, "by": event.get("by") or decision["by"]}
 
 
 def _first_line(text: str) -> str:

@@ -2,8 +2,9 @@
 
 A new run comes as JSON (`RunRequest`) or as a multipart form with the same fields plus files: `file` (an error
 log appended to the incident text), `logs` (the job's log files, for the L4 localizer) and `telemetry` (a CSV of
-host metrics, for Reveal). Uploads are text; a binary file is refused. The body size is capped by
-`BodyLimit` for every request, before the app reads it.
+host metrics, for Reveal). Text is read as the CLI reads it (agent/textinput.py): any encoding, control characters
+dropped, a binary refused with 415 and the CLI's message, a large log excerpted and attached whole. The body size
+is capped by `BodyLimit` for every request, before the app reads it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,16 @@ from starlette.datastructures import UploadFile
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent.incident import Incident, IncidentError
+from agent.textinput import (
+    NotText,
+    check_text,
+    clean_field,
+    hold,
+    joined,
+    receive_bytes,
+    receive_text,
+    save_files,
+)
 
 
 class BadInput(ValueError):
@@ -77,17 +88,6 @@ SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 UPLOAD_FIELDS = ("file", "logs", "telemetry")
 
 
-def text_of(upload: Upload) -> str:
-    """The upload as text, or BadInput 415 for a binary file (NUL bytes or not UTF-8)."""
-    if b"\x00" in upload.data[:65536]:
-        raise BadInput(f"{upload.kind} {upload.name!r} is a binary file (NUL bytes): upload text logs", 415)
-    try:
-        return upload.data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadInput(f"{upload.kind} {upload.name!r} is not UTF-8 text (byte {exc.start}): upload text logs",
-                       415) from None
-
-
 async def read_form(form: Any) -> NewRun:
     """A multipart form into RunRequest fields and uploads (hosts: repeated fields or comma-separated)."""
     fields: dict[str, Any] = {}
@@ -116,15 +116,19 @@ def build_incident(new: NewRun, targets: list[str]) -> tuple[Incident, list[Uplo
         raise BadInput(f"unknown host {unknown[0]!r}: this server checks only {', '.join(targets)}")
     if len(set(request.hosts)) != len(request.hosts):
         raise BadInput("a host is named twice")
-    if "\x00" in request.incident or "\x00" in request.environment:
-        raise BadInput("the incident contains NUL characters: send text", 415)
-    texts = [request.incident] + [text_of(u) for u in new.uploads if u.kind == "file"]
-    for upload in new.uploads:
-        if upload.kind != "file":
-            text_of(upload)
     try:
-        incident = Incident(text="\n\n".join(t for t in texts if t.strip()) or request.incident,
-                            environment=request.environment, hosts=list(request.hosts))
+        parts = [receive_text(request.incident, "the incident field")]
+        parts += [receive_bytes(u.data, u.name) for u in new.uploads if u.kind == "file"]
+        environment = clean_field(request.environment, "the environment field")
+        for upload in new.uploads:  # kept as sent, for the pre-triage tools: text only
+            if upload.kind != "file":
+                check_text(upload.data, upload.name)
+    except NotText as exc:  # the CLI's message, with the status for "not a media type we take"
+        raise BadInput(str(exc), 415) from None
+    except IncidentError as exc:
+        raise BadInput(str(exc)) from None
+    try:
+        incident = hold(Incident(text=joined(parts), environment=environment, hosts=list(request.hosts)), parts)
     except IncidentError as exc:
         raise BadInput(str(exc)) from None
     except ValueError as exc:  # pydantic wraps the validator's IncidentError
@@ -143,13 +147,14 @@ def _first_error(exc: Exception) -> str:
 
 def save_uploads(incident: Incident, uploads: list[Upload], folder: Path) -> Incident:
     """Write the attachments to FOLDER (through a temporary folder renamed at the end: all or nothing) and point
-    the incident at them."""
-    if not uploads:
+    the incident at them; a large error log's whole file (held by the incident, agent/textinput.py) goes to
+    FOLDER/attachments."""
+    if not uploads and not incident.files:
         return incident
     staging = folder.with_name(folder.name + ".part")
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        attachments: dict[str, str] = {}
+        attachments: dict[str, str] = dict(incident.attachments)
         for upload in uploads:
             name = SAFE_NAME.sub("_", Path(upload.name).name).strip("._") or upload.kind
             target = staging / upload.kind / name if upload.kind == "logs" else staging / name
@@ -157,6 +162,7 @@ def save_uploads(incident: Incident, uploads: list[Upload], folder: Path) -> Inc
             target.write_bytes(upload.data)
             final = folder / target.relative_to(staging)
             attachments[upload.kind] = str(final.parent if upload.kind == "logs" else final)
+        incident = save_files(incident, staging / "attachments", recorded=folder / "attachments")
         staging.rename(folder)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -11,6 +11,7 @@ import json
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -105,20 +106,50 @@ class RunStore:
 
     # ---- events -------------------------------------------------------------------------------------------
     def append(self, run_id: str, event: dict[str, Any]) -> int:
+        with self._lock:
+            return self._insert(run_id, event)
+
+    def transition(self, run_id: str, event: Callable[[dict[str, Any]], dict[str, Any]], **fields: Any) -> int:
+        """Set columns and append the event `event(run)` makes of the updated run, in one transaction: a stream that
+        sees the new status (say done, and ends) has the event that says so too. Returns the event's seq."""
+        fields["updated"] = time.time()
+        columns = ", ".join(f"{name} = ?" for name in fields)
+        values = [_dumps(v) if isinstance(v, dict | list) else v for v in fields.values()]
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._conn.execute(f"UPDATE runs SET {columns} WHERE id = ?", (*values, run_id))
+                row = self._conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+                if row is None:
+                    raise KeyError(run_id)
+                seq = self._insert(run_id, event(_run(row)))
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+            return seq
+
+    def _insert(self, run_id: str, event: dict[str, Any]) -> int:  # with the lock held
         ts = float(event.get("ts") or time.time())
         data = _dumps({**event, "ts": ts})
-        with self._lock:
-            cur = self._conn.execute(
-                "INSERT INTO events (run_id, seq, ts, type, data) "
-                "SELECT ?, COALESCE(MAX(seq), 0) + 1, ?, ?, ? FROM events WHERE run_id = ? RETURNING seq",
-                (run_id, ts, str(event.get("type", "")), data, run_id))
-            return int(cur.fetchone()[0])
+        cur = self._conn.execute(
+            "INSERT INTO events (run_id, seq, ts, type, data) "
+            "SELECT ?, COALESCE(MAX(seq), 0) + 1, ?, ?, ? FROM events WHERE run_id = ? RETURNING seq",
+            (run_id, ts, str(event.get("type", "")), data, run_id))
+        return int(cur.fetchone()[0])
 
     def events(self, run_id: str, after: int = 0, limit: int = 500) -> list[tuple[int, dict[str, Any]]]:
         with self._lock:
             rows = self._conn.execute("SELECT seq, data FROM events WHERE run_id = ? AND seq > ? ORDER BY seq "
                                       "LIMIT ?", (run_id, after, limit)).fetchall()
         return [(int(row["seq"]), json.loads(row["data"])) for row in rows]
+
+    def events_of(self, run_id: str, kind: str) -> list[dict[str, Any]]:
+        """Every event of one type, in order (e.g. the answers a run was given)."""
+        with self._lock:
+            rows = self._conn.execute("SELECT data FROM events WHERE run_id = ? AND type = ? ORDER BY seq",
+                                      (run_id, kind)).fetchall()
+        return [json.loads(row["data"]) for row in rows]
 
 
 def _run(row: sqlite3.Row) -> dict[str, Any]:

@@ -3,7 +3,11 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { runId: null, abort: null, nodes: new Map(), judgements: new Map(), selected: null, pending: null, role: "" };
+// lastSeq: the id of the last event drawn; an event at or before it (a reconnect's overlap, a second stream) is
+// never drawn twice. gen: which openRun is current, so a slower earlier one cannot start a second stream.
+const state = { runId: null, abort: null, nodes: new Map(), judgements: new Map(), selected: null, pending: null, role: "",
+  lastSeq: 0, gen: 0, status: null };
+const REFRESH_RUNS_MS = 5000;
 
 function token() { return localStorage.getItem("aidai-token") || ""; }
 function headers(extra = {}) {
@@ -54,16 +58,28 @@ async function init() {
       if (i === 0) $(id).checked = true;
     });
     await loadRuns();
+    setInterval(() => { if (!document.hidden) loadRuns().catch(() => {}); }, REFRESH_RUNS_MS);
     const wanted = new URLSearchParams(location.search).get("run");
     if (wanted) openRun(wanted);
   } catch (err) { $("form-error").textContent = err.message; }
 }
 
+// one status everywhere: the run list, the header and the API's run record all show the store's status column; the
+// open run's entry follows its event stream (status events are written from that column), the others are polled
+function statusTitle(status, waitingFor) {
+  return status === "waiting" && waitingFor ? `waits for ${waitingFor === "approval" ? "an operator's approval" : "an answer"}` : "";
+}
+function statusBadge(status, waitingFor) {
+  return el("span", { class: `status ${status}`, title: statusTitle(status, waitingFor) }, status);
+}
 async function loadRuns() {
   const { runs } = await (await api("/api/runs?limit=50")).json();
-  $("runs").replaceChildren(...runs.map((r) => el("li", { "data-run": r.id, onclick: () => openRun(r.id) },
-    el("span", { class: `status ${r.status}` }, r.status), " ", r.title || r.id,
-    r.root_causes.length ? el("div", { class: "dim" }, r.root_causes[0]) : "")));
+  $("runs").replaceChildren(...runs.map((r) => {
+    const open = r.id === state.runId && state.status;  // the open run: what its stream said last (newer or equal)
+    return el("li", { "data-run": r.id, onclick: () => openRun(r.id) },
+      open ? statusBadge(state.status.status, state.status.waitingFor) : statusBadge(r.status, r.waiting_for),
+      " ", r.title || r.id, r.root_causes.length ? el("div", { class: "dim" }, r.root_causes[0]) : "");
+  }));
 }
 
 async function startRun(e) {
@@ -87,26 +103,29 @@ async function startRun(e) {
 // ---- one run ------------------------------------------------------------------------------------------------
 async function openRun(id) {
   if (state.abort) state.abort.abort();
-  Object.assign(state, { runId: id, nodes: new Map(), judgements: new Map(), selected: null, pending: null });
+  state.abort = null;
+  const gen = ++state.gen;
+  Object.assign(state, { runId: id, nodes: new Map(), judgements: new Map(), selected: null, pending: null, lastSeq: 0, status: null });
   ["tree", "timeline", "evidence"].forEach((k) => $(k).replaceChildren());
   $("board").tBodies[0].replaceChildren();
   $("ticket-box").hidden = $("approval-box").hidden = $("question-box").hidden = true;
   $("run").hidden = false;
   $("run-id").textContent = id;
   const run = await (await api(`/api/runs/${id}`)).json();
+  if (gen !== state.gen) return;  // another run (or this one again) was opened meanwhile: that one streams
   $("run-title").textContent = run.title || id;
-  setStatus(run.status);
-  follow(id);
+  setStatus(run.status, run.waiting_for);
+  follow(id, gen);
 }
 
-async function follow(id) {
+async function follow(id, gen) {
   const controller = new AbortController();
   state.abort = controller;
-  let last = 0;
-  while (!controller.signal.aborted) {  // reconnect after a dropped stream, from the last event seen
+  const current = () => !controller.signal.aborted && gen === state.gen;
+  while (current()) {  // reconnect after a dropped stream, from the last event drawn
     try {
-      const response = await fetch(`/api/runs/${id}/events?after=${last}`,
-        { headers: headers(), signal: controller.signal });
+      const response = await fetch(`/api/runs/${id}/events?after=${state.lastSeq}`,
+        { headers: headers({ "Last-Event-ID": String(state.lastSeq) }), signal: controller.signal });
       if (!response.ok) throw new Error(`events: ${response.status}`);
       const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
       let buffer = "";
@@ -123,21 +142,30 @@ async function follow(id) {
             const key = line.slice(0, i), val = line.slice(i + 1).replace(/^ /, "");
             if (key === "event") msg.event = val; else if (key === "data") msg.data += val; else if (key === "id") msg.id = val;
           }
-          if (msg.id) last = Number(msg.id);
+          if (!current()) return;
           if (msg.event === "end") { finish(id); return; }
+          if (msg.id) {
+            const seq = Number(msg.id);
+            if (seq <= state.lastSeq) continue;  // already drawn
+            state.lastSeq = seq;
+          }
           if (msg.data) handle(JSON.parse(msg.data));
         }
       }
     } catch (err) {
-      if (controller.signal.aborted) return;
+      if (!current()) return;
       await new Promise((r) => setTimeout(r, 1000));
     }
   }
 }
 
-function setStatus(status) {
+function setStatus(status, waitingFor = null) {
+  state.status = { status, waitingFor };
   $("run-status").textContent = status;
   $("run-status").className = `status ${status}`;
+  $("run-status").title = statusTitle(status, waitingFor);
+  const entry = document.querySelector(`#runs li[data-run="${CSS.escape(state.runId || "")}"] .status`);
+  if (entry) entry.replaceWith(statusBadge(status, waitingFor));
 }
 
 function log(text) { $("timeline").append(el("li", {}, text)); }
@@ -163,7 +191,7 @@ function settleRunning(except) {
 
 function handle(e) {
   switch (e.type) {
-    case "status": setStatus(e.status); if (e.status !== "waiting") hideAsks(); break;
+    case "status": setStatus(e.status, e.waiting_for); if (e.status !== "waiting") hideAsks(); break;
     case "summary": log(`incident: ${e.title}`); break;
     case "pretriage": e.results.forEach((t) => log(`pre-triage ${t.tool}: ${t.summary || t.reason || t.status}`)); break;
     case "history": log(e.similar.length ? `pipeline 1: similar past incidents ${e.similar.slice(0, 3).map((p) => `${p.label} ${p.score.toFixed(2)}`).join(", ")}` : "pipeline 1: no similar past incident"); break;
@@ -189,12 +217,24 @@ function handle(e) {
     case "conclusion": settleRunning(null); log(e.resolved ? `resolved: ${e.root_causes.map((c) => c.label).join(", ")}` : "unresolved: escalate"); break;
     case "approval": showApproval(e); break;
     case "question": showQuestion(e); break;
-    case "answered": log(`answered (${e.kind}) by ${e.by}`); hideAsks(); break;
+    case "answered": log(answeredText(e)); hideAsks(); break;
     case "recovered": log(e.message); break;
     case "error": log(`error: ${e.message}`); break;
     default: break;
   }
   render();
+}
+
+// an approval answer says what was decided: "declined: dcgm_diag" is not "answered"
+function answeredText(e) {
+  if (e.kind !== "approval") return `answered by ${e.by}: ${e.text ? e.text : "(empty: escalate)"}`;
+  const checks = Object.entries(e.checks || {}).filter(([k]) => k !== "approved_by");
+  const approved = e.approved || checks.filter(([, v]) => v === true).map(([k]) => k);
+  const declined = e.declined || checks.filter(([, v]) => v !== true).map(([k]) => k);
+  const parts = [];
+  if (approved.length) parts.push(`approved: ${approved.join(", ")}`);
+  if (declined.length) parts.push(`declined: ${declined.join(", ")}`);
+  return `${parts.join("; ") || "declined: nothing was asked"} (by ${e.by})`;
 }
 
 function render() {
@@ -244,9 +284,15 @@ function hideAsks() { $("approval-box").hidden = $("question-box").hidden = true
 function showApproval(e) {
   state.pending = e;
   $("approval-node").textContent = e.node;
-  $("approval-checks").replaceChildren(...e.checks.map((c) => el("li", {},
-    el("input", { type: "checkbox", id: `approve-${c.id}`, value: c.id, checked: "" }), " ",
-    el("label", { for: `approve-${c.id}`, class: "inline" }, `${c.id} (${c.tier}, about ${Math.round(c.expected_cost_s)} s): ${c.description}`))));
+  // the server says which checks to pre-tick (suggested) and why; an unticked one can still be ticked
+  $("approval-checks").replaceChildren(...e.checks.map((c) => {
+    const suggested = c.suggested !== false;
+    const box = el("input", { type: "checkbox", id: `approve-${c.id}`, value: c.id, "data-suggested": String(suggested) });
+    box.checked = suggested;
+    return el("li", { class: suggested ? "suggested" : "not-suggested" }, box, " ",
+      el("label", { for: `approve-${c.id}`, class: "inline" }, `${c.id} (${c.tier}, about ${Math.round(c.expected_cost_s)} s): ${c.description}`),
+      c.why ? el("div", { class: "why", id: `why-${c.id}` }, c.why) : "");
+  }));
   // a viewer sees what waits for approval but cannot give it (the API would answer 403)
   const operator = state.role === "operator";
   $("approve").disabled = $("decline").disabled = !operator;
@@ -277,11 +323,13 @@ async function sendAnswer() {
 
 // ---- the end: report and ticket -----------------------------------------------------------------------------
 async function finish(id) {
+  const gen = state.gen;
   const run = await (await api(`/api/runs/${id}`)).json();
-  setStatus(run.status);
+  if (gen !== state.gen) return;
+  setStatus(run.status, run.waiting_for);
   settleRunning(null); render();
   if (run.status === "failed") { log(`failed: ${run.error}`); return; }
-  const md = await (await api(`/api/runs/${id}/ticket?format=md`)).text();
+  const md = await (await api(`/api/runs/${id}/ticket?format=md&channel=page`)).text();
   $("ticket").textContent = md;
   $("download").href = URL.createObjectURL(new Blob([md], { type: "text/markdown" }));
   $("download").download = `aidai-ticket-${id}.md`;
