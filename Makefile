@@ -13,6 +13,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m agent.knowledge.embeddings
 	@touch $@
 
 # The SSH tests start a real sshd on 127.0.0.1; install Debian's openssh-server when it is missing.
@@ -53,6 +54,7 @@ bench: install bench-diagnosis bench-hosts bench-l4 bench-reveal bench-kaiops be
 	$(BIN)/python -m eval.bench_checks
 	$(BIN)/python -m eval.bench_safety
 	$(BIN)/python -m eval.bench_tickets --incidents $(DEV_INCIDENTS)
+	$(BIN)/python -m eval.bench_cold --runs 5 --before-commit 83d19f7 --out eval/results/cold.md
 
 # Real hosts: `aidai diagnose --host local` on every dev incident text on this machine, unreachable hosts, and every
 # shipped profile healthy (nothing may be confirmed) and faulty (the right leaf). Tables in eval/results/hosts.md.

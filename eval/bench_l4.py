@@ -10,7 +10,12 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
+import json
+import os
 import random
+import resource
+import subprocess
+import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -23,6 +28,7 @@ from drain3.template_miner_config import TemplateMinerConfig
 from agent.l4.localize import localize
 from agent.l4.reader import discover, read_bytes
 from agent.l4.simulate import FAULTS, JobSpec, simulate_job
+from agent.l4.simulate_ds import DS_FAULTS, WHEN, DsSpec, simulate_ds_job
 from agent.l4.templates import TemplateMiner, canonical, fold_digits
 from eval.l4.baselines import error_baselines
 
@@ -181,6 +187,116 @@ def simulated(tmp: Path, jobs: int, seed: int) -> list[str]:
     return out
 
 
+def second_generator(tmp: Path, jobs: int, seed: int) -> list[str]:
+    """L4 on agent/l4/simulate_ds.py's jobs (DeepSpeed launcher + Lightning, written apart from simulate.py), with
+    no successful job to compare with, as with real incident logs."""
+    rnd = random.Random(seed)
+    hits: list[int] = []
+    stage_ok = 0
+    by: dict[str, list[tuple[int, bool]]] = defaultdict(list)
+    lines = 0
+    for j in range(jobs):
+        fault, when = DS_FAULTS[j % len(DS_FAULTS)], WHEN[(j // len(DS_FAULTS)) % len(WHEN)]
+        spec = DsSpec(nodes=rnd.choice([8, 16, 24, 32, 48, 64]), fault=fault, when=when,
+                      steps=rnd.randint(500, 5000), seed=seed * 1000 + j)
+        d = tmp / f"ds{j}"
+        truth = simulate_ds_job(d, spec)
+        result = localize(d, engine="local")
+        lines += result.lines
+        ranking = [n.node for n in result.nodes]
+        pos = ranking.index(truth.faulty_node) if truth.faulty_node in ranking else 99
+        hits.append(pos)
+        stage_ok += result.stage == truth.stage
+        by[f"{fault} at {when}"].append((pos, result.stage == truth.stage))
+    out = [f"{jobs} faulty jobs, 8-64 nodes x 8 GPUs, one file per node (pdsh-prefixed), 500-5000 steps, no successful "
+           f"job given; {lines:,} lines.", "",
+           "| jobs | faulty node top-1 | top-5 | failed stage right |", "|---|---|---|---|",
+           f"| all ({jobs}) | {sum(h < 1 for h in hits) / jobs:.3f} | {sum(h < 5 for h in hits) / jobs:.3f} | "
+           f"{stage_ok / jobs:.3f} |"]
+    for key, rows in sorted(by.items()):
+        out.append(f"| {key} ({len(rows)}) | {sum(p < 1 for p, _ in rows) / len(rows):.3f} | "
+                   f"{sum(p < 5 for p, _ in rows) / len(rows):.3f} | {sum(s for _, s in rows) / len(rows):.3f} |")
+    return out
+
+
+REAL_SOURCES = [  # public threads with multi-node training logs; none carries a licence that allows committing them
+    "https://github.com/pytorch/pytorch/issues/118369",
+    "https://github.com/Lightning-AI/pytorch-lightning/issues/20434",
+    "https://github.com/huggingface/transformers/issues/26724",
+]
+
+
+def real_logs(root: Path) -> list[str]:
+    """Real per-node log sets: tests/fixtures/l4_real/<job>/ (committable ones) and --real <dir>/<job>/ (read in
+    place), each job with a truth.json {"faulty_node": ..., "stage": ...}."""
+    jobs = [p.parent for base in (ROOT / "tests" / "fixtures" / "l4_real", root) if base.is_dir()
+            for p in sorted(base.glob("*/truth.json"))]
+    if not jobs:
+        return [f"No real log sets found (tests/fixtures/l4_real/, {root}); skipped. Threads with partial multi-node "
+                "logs and no licence to copy them: " + ", ".join(REAL_SOURCES) + "."]
+    rows = ["| job | nodes | faulty node rank | stage (truth) |", "|---|---|---|---|"]
+    top1 = top5 = stage = 0
+    for d in jobs:
+        truth = json.loads((d / "truth.json").read_text(encoding="utf-8"))
+        result = localize(d, engine="local")
+        ranking = [n.node for n in result.nodes]
+        pos = ranking.index(truth["faulty_node"]) if truth["faulty_node"] in ranking else 99
+        top1, top5, stage = top1 + (pos == 0), top5 + (pos < 5), stage + (result.stage == truth["stage"])
+        rows.append(f"| {d.name} | {len(ranking)} | {pos + 1} | {result.stage} ({truth['stage']}) |")
+    n = len(jobs)
+    return [f"{n} real jobs: top-1 {top1 / n:.3f}, top-5 {top5 / n:.3f}, stage {stage / n:.3f}.", "", *rows]
+
+
+MEMORY_CHILD = """
+import json, resource, sys
+from agent.l4.localize import localize
+r = localize(sys.argv[1], engine="local")
+print(json.dumps({"stage": r.stage, "events": [e.template for e in r.events], "top": r.nodes[0].node if r.nodes else "",
+                  "lines": r.lines, "seconds": r.seconds,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def _long_log(path: Path, megabytes: int, seed: int) -> int:
+    """A healthy run of `step N loss X` lines and a crash at the end (what broke the old scanner)."""
+    rnd = random.Random(seed)
+    lines = 0
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("NCCL version 2.21.5+cuda12.4\n> initializing torch distributed ...\ntraining ...\n")
+        step = 0
+        while fh.tell() < megabytes * 2**20:
+            step += 1
+            fh.write(f"step {step} loss {rnd.uniform(1.5, 3):.4f} lr {3e-4 * rnd.random():.3e} "
+                     f"tokens/s {rnd.randint(90000, 110000)}\n")
+            lines += 1
+        fh.write(f"[rank3]:[E1102 10:00:00.000000000 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective "
+                 f"operation timeout: WorkNCCL(SeqNum={step * 4}, OpType=ALLREDUCE) ran for 600042 milliseconds before "
+                 "timing out.\nRuntimeError: CUDA error: an illegal memory access was encountered\n")
+    return lines + 5
+
+
+def memory(tmp: Path, big: bool) -> list[str]:
+    rows = ["| input | lines | progress lines among failure events | stage | max RSS (MB) | seconds |",
+            "|---|---|---|---|---|---|"]
+    cases = [("one 50 MB log", 50, 1)] + ([("1 GB log set (16 x 64 MB)", 64, 16)] if big else [])
+    for name, mb, files in cases:
+        d = tmp / f"mem-{mb}-{files}"
+        d.mkdir()
+        lines = sum(_long_log(d / f"node{k:02d}.log", mb, k) for k in range(files))
+        target = d / "node00.log" if files == 1 else d
+        out = subprocess.run([sys.executable, "-c", MEMORY_CHILD, str(target)], capture_output=True, text=True,
+                             cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True)
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        progress = sum("loss" in e for e in got["events"])
+        rows.append(f"| {name} | {lines:,} | {progress} | {got['stage']} | {got['rss_mb']:.0f} | "
+                    f"{got['seconds']:.1f} |")
+        for f in d.iterdir():
+            f.unlink()
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return [f"Each localized in a child process; RSS is the child's ru_maxrss (this process: {own:.0f} MB).", "",
+            *rows]
+
+
 def robustness(tmp: Path) -> list[str]:
     d = tmp / "broken"
     simulate_job(d, JobSpec(ranks=16, fault="gpu", seed=3))
@@ -205,13 +321,25 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=256)
     ap.add_argument("--drain-lines", type=int, default=200_000, help="lines fed to plain Drain3 (it runs ~30k/s)")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--ds-jobs", type=int, default=120, help="jobs of the second generator (simulate_ds)")
+    ap.add_argument("--real", type=Path, default=ROOT.parent / "l4_real", help="real per-node log sets, read in place")
+    ap.add_argument("--big", action="store_true", help="also the 1 GB log set memory check (takes minutes)")
+    ap.add_argument("--sections", default="all", help="comma-separated: throughput,loghub,sim,ds,real,memory,broken")
     args = ap.parse_args()
+    wanted = set(args.sections.split(",")) if args.sections != "all" else None
     sections = []
     with tempfile.TemporaryDirectory(prefix="bench-l4-") as tmp:
-        for title, fn in (("Throughput", lambda: throughput(Path(tmp), args.ranks, args.lines, args.drain_lines)),
-                          ("Template quality (Loghub, grouping accuracy)", lambda: loghub(args.loghub)),
-                          ("Simulated faulty jobs", lambda: simulated(Path(tmp), args.jobs, args.seed)),
-                          ("Broken files", lambda: robustness(Path(tmp)))):
+        for key, title, fn in (
+                ("throughput", "Throughput", lambda: throughput(Path(tmp), args.ranks, args.lines, args.drain_lines)),
+                ("loghub", "Template quality (Loghub, grouping accuracy)", lambda: loghub(args.loghub)),
+                ("sim", "Simulated faulty jobs", lambda: simulated(Path(tmp), args.jobs, args.seed)),
+                ("ds", "Second generator (simulate_ds: DeepSpeed launcher + Lightning)",
+                 lambda: second_generator(Path(tmp), args.ds_jobs, args.seed)),
+                ("real", "Real multi-node logs", lambda: real_logs(args.real)),
+                ("memory", "Memory (streamed input)", lambda: memory(Path(tmp), args.big)),
+                ("broken", "Broken files", lambda: robustness(Path(tmp)))):
+            if wanted is not None and key not in wanted:
+                continue
             began = time.perf_counter()
             body = fn()
             text = f"## {title}\n\n" + "\n".join(body) + f"\n\n({time.perf_counter() - began:.0f} s)\n"

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
 from agent.executors.base import Executor
 from agent.executors.local import LocalExecutor
 from agent.executors.sim import sim_executors
-from agent.executors.ssh import SshExecutor, SshTarget
+
+if TYPE_CHECKING:
+    from agent.executors.ssh import SshTarget
 
 SPEC_HELP = "local | ssh://user@host[:port] | sim:DIR"
 
@@ -30,6 +33,8 @@ class SshOptions:
 
 
 def parse_ssh(spec: str, options: SshOptions | None = None) -> SshTarget:
+    from agent.executors.ssh import SshTarget  # paramiko: imported only for ssh:// hosts
+
     options = options or SshOptions()
     parts = urlsplit(spec)
     if parts.scheme != "ssh" or not parts.hostname:
@@ -57,6 +62,8 @@ def executors_for(specs: list[str], ssh: SshOptions | None = None) -> list[Execu
         if spec == "local":
             executors.append(LocalExecutor())
         elif spec.startswith("ssh://"):
+            from agent.executors.ssh import SshExecutor
+
             executors.append(SshExecutor(parse_ssh(spec, ssh)))
         elif spec.startswith("sim:"):
             try:

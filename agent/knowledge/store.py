@@ -1,5 +1,6 @@
 """Where the knowledge lives and how it is reached: a Chroma store (a local directory, or a Chroma server for a
-team), its collections, and the LlamaIndex `VectorStoreIndex` over a collection.
+team), its collections, and the LlamaIndex `VectorStoreIndex` over a collection (for writing). A similarity query
+(`retrieve`) goes to Chroma's client directly: a diagnosis never imports LlamaIndex.
 
 Location: `--data-dir DIR` / `AIDAI_DATA_DIR` / `platformdirs.user_data_dir("aidai")`, with Chroma under
 `<data dir>/chroma`; or a server URL (`--chroma-url http://host:port` / `AIDAI_CHROMA_URL`). Telemetry is off.
@@ -14,7 +15,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -262,20 +262,47 @@ def delete_except(collection: Collection, keep: set[str], where: dict[str, Any] 
     return len(stale)
 
 
+_LLAMA_KEYS = ("_node_content", "_node_type", "document_id", "doc_id", "ref_doc_id")  # LlamaIndex's own row keys
+
+
+def _node_metadata(meta: dict[str, Any] | None) -> dict[str, Any]:
+    """The metadata LlamaIndex stored for a node (what its retriever returns as `node.metadata`), read without
+    LlamaIndex: the node JSON's `metadata`, else the flat row metadata less LlamaIndex's keys."""
+    meta = dict(meta or {})
+    content = meta.get("_node_content")
+    if isinstance(content, str):
+        try:
+            node = json.loads(content)
+        except ValueError:
+            node = None
+        if isinstance(node, dict) and isinstance(node.get("metadata"), dict):
+            return dict(node["metadata"])
+    return {k: v for k, v in meta.items() if k not in _LLAMA_KEYS}
+
+
 def retrieve(collection: Collection, text: str, k: int, where: dict[str, Any] | None = None) -> list[Hit]:
-    """The k entries nearest to `text` (through the LlamaIndex retriever), best first, scored by cosine."""
+    """The k entries nearest to `text`, best first, scored by cosine.
+
+    A similarity query over rows that LlamaIndex wrote: the same Chroma query that LlamaIndex's retriever makes
+    (query embedding, top k, `where`), read straight from Chroma's client, so a diagnosis neither imports
+    LlamaIndex nor builds an index object (seconds of a cold run). Writing stays with LlamaIndex (`upsert`)."""
     total = collection.count()
     if k <= 0 or total == 0 or not text.strip():
         return []
+    from agent.knowledge.embeddings import embed
+
     kwargs: dict[str, Any] = {"where": where} if where else {}
-    retriever = vector_index(collection).as_retriever(similarity_top_k=min(k, total), vector_store_kwargs=kwargs)
+    found = collection.query(query_embeddings=[embed([text])[0].tolist()], n_results=min(k, total),
+                             include=["documents", "metadatas", "distances"], **kwargs)
     space = space_of(collection)
+    ids = found["ids"][0] if found["ids"] else []
+    documents = (found.get("documents") or [[]])[0] or [None] * len(ids)
+    metadatas = (found.get("metadatas") or [[]])[0] or [None] * len(ids)
+    distances = (found.get("distances") or [[]])[0] or [None] * len(ids)
     hits = []
-    for found in retriever.retrieve(text):
-        # LlamaIndex's Chroma store reports exp(-distance); undo it to get the distance back
-        distance = -math.log(found.score) if found.score and found.score > 0 else 2.0
-        cosine = min(1.0, max(0.0, distance_to_cosine(distance, space)))
-        meta = {k_: v for k_, v in found.node.metadata.items() if k_ != FINGERPRINT_KEY}
-        hits.append(Hit(id=found.node.node_id, text=found.node.get_content(), metadata=meta, score=cosine))
+    for id_, document, row_meta, distance in zip(ids, documents, metadatas, distances, strict=False):
+        cosine = min(1.0, max(0.0, distance_to_cosine(float(distance), space))) if distance is not None else 0.0
+        meta = {k_: v for k_, v in _node_metadata(dict(row_meta or {})).items() if k_ != FINGERPRINT_KEY}
+        hits.append(Hit(id=str(id_), text=document or "", metadata=meta, score=cosine))
     hits.sort(key=lambda h: h.score, reverse=True)
     return hits

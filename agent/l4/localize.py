@@ -2,7 +2,12 @@
 
 Failure-indicating events are the templates that survive the cross-job filter, are not part of the regular
 iteration pattern, and occur where the job went wrong: after a file's last iteration (the crash or hang) or in a
-suspicious iteration. Nodes are ranked by an Isolation Forest over their counts of the surviving events.
+suspicious iteration. Nodes are ranked by an Isolation Forest over their counts of the surviving events, plus
+their silence on job-wide reports and their failure evidence (failure wording, weighted by how few nodes log it).
+
+Role asymmetry and long healthy runs: lines a node repeats through its file (progress, timers) are routine, and
+lines a file logged before its first progress line are start-up, however rare elsewhere; in a file without progress
+lines the trouble begins at its first failure-worded line. The failed stage is the stage each file was in there.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ REGULAR_MIN_SEGMENTS = 3  # an event in this many normal iterations (and REGULAR
 REGULAR_FRACTION = 0.1
 MAX_EVENT_NODES = 20
 WIDESPREAD = 0.75  # a failure event logged by this fraction of the nodes is a job-wide report (watchdog timeouts)
+ROUTINE_MIN_LINES = 5  # a template repeated this often over ROUTINE_SPAN of a file is routine, however rare elsewhere
+ROUTINE_SPAN = 0.25
+ONSET_LOOKBACK = 5  # lines new just before a file's first failure-worded line belong to it (a stack's frames)
 
 
 class NodeOut(BaseModel):
@@ -137,8 +145,7 @@ def analyse(failed: list[FileScan], pool: list[list[FileScan]], library: Pattern
     flagged: dict[int, dict] = {}  # iteration -> score, nodes, template indices
     in_window = np.zeros(n, bool)
     seqs = sequences.build([(tmap[scan.seq], scan.bounds) for scan, tmap in zip(used, maps, strict=True)], keep)
-    for scan, tmap, seg_ids, bad in zip(used, maps, seqs.ids, temporal.suspicious_files(seqs.ids, seqs.distinct),
-                                    strict=True):
+    for scan, seg_ids, bad in zip(used, seqs.ids, temporal.suspicious_files(seqs.ids, seqs.distinct), strict=True):
         _mark_regular(seg_ids, {s.index for s in bad}, seqs, regular)
         for s in bad:
             events = seqs.distinct[seg_ids[s.index]]
@@ -147,19 +154,30 @@ def analyse(failed: list[FileScan], pool: list[list[FileScan]], library: Pattern
             entry["nodes"].add(scan.node)
             entry["events"].update(events)
             in_window[list(events)] = True
-        tail = np.array(scan.last) >= scan.tail_start
-        in_window[tmap[tail]] = True
-    failure = keep & ~regular & in_window
+    worded = np.array([stages.failure_weight(texts[t]) == 1.0 for t in ids], bool)
+    routine, healthy = _routine_and_healthy(used, maps, n, flagged_any=bool(flagged), pool=bool(pool),
+                                            worded=worded)
+    late = np.zeros(n, bool)
+    onsets = []
+    for scan, tmap in zip(used, maps, strict=True):
+        onset = _onset(scan, tmap, keep & ~routine & ~healthy & worded, bool(pool))
+        onsets.append(onset)
+        if scan.tail_start:  # what a file logs after its last progress line, the crash or hang
+            late[tmap[np.array(scan.last) >= scan.tail_start]] = True
+        else:  # what a file without progress lines logs from its first failure-worded line on
+            late[tmap[np.array(scan.first) >= onset - ONSET_LOOKBACK]] = True
+    in_window |= late
+    failure = keep & ~regular & ~routine & ~healthy & in_window
 
     nodes = sorted({s.node for s in used})
     node_index = {name: i for i, name in enumerate(nodes)}
     node_counts = np.zeros((len(nodes), n), np.int64)
     for scan, tmap in zip(used, maps, strict=True):
         np.add.at(node_counts[node_index[scan.node]], tmap, scan.counts)
-    features = np.flatnonzero(keep & ~regular)
+    features = np.flatnonzero(failure)
     has = node_counts[:, features] > 0
-    weight = np.where(failure[features], 1.0 / np.maximum(has.sum(axis=0), 1), 0.0)
-    widespread = failure[features] & (has.sum(axis=0) >= WIDESPREAD * len(nodes)) if len(nodes) >= 3 else \
+    weight = np.array([stages.failure_weight(texts[ids[t]]) for t in features]) / np.maximum(has.sum(axis=0), 1)
+    widespread = (has.sum(axis=0) >= WIDESPREAD * len(nodes)) if len(nodes) >= 3 else \
         np.zeros(len(features), bool)
     for rank in spatial.rank_nodes(nodes, node_counts[:, features], weight, widespread):
         row = node_counts[node_index[rank.node], features]
@@ -171,7 +189,7 @@ def analyse(failed: list[FileScan], pool: list[list[FileScan]], library: Pattern
     result.iterations = [IterationOut(iteration=it, score=round(e["score"], 3), nodes=sorted(e["nodes"]),
                                       events=[texts[ids[j]] for j in sorted(e["events"])])
                          for it, e in sorted(flagged.items())]
-    result.stage = _stage(used, maps, failure)
+    result.stage = _stage(used, maps, failure, onsets)
     if library is not None and library.patterns:
         result.patterns = library.match({s for scan in used for s in scan.shapes})
     return result
@@ -210,10 +228,51 @@ def _events(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray, i
     return out
 
 
-def _stage(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray) -> str:
+def _stage(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray, onsets: list[int]) -> str:
+    """The stage each file was in when its errors began (its first failure-indicating line at or after its onset),
+    voted over the files (see stages.failed_stage)."""
     at = []
-    for scan, tmap in zip(used, maps, strict=True):
-        hits = np.flatnonzero(failure[tmap])
+    for scan, tmap, onset in zip(used, maps, onsets, strict=True):
+        first = np.array(scan.first)
+        hits = np.flatnonzero(failure[tmap] & (first >= min(onset, scan.lines)))
+        if not len(hits):
+            hits = np.flatnonzero(failure[tmap])
         if len(hits):
-            at.append(stages.stage_at(scan.transitions, min(scan.first[k] for k in hits)))
+            at.append(stages.stage_at(scan.transitions, int(first[hits].min())))
     return stages.failed_stage(at)
+
+
+def _routine_and_healthy(used: list[FileScan], maps: list[np.ndarray], n: int, *, flagged_any: bool, pool: bool,
+                         worded: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Templates that are not failure-indicating whatever their rarity, because of where they occur.
+
+    routine: repeated through a file (ROUTINE_MIN_LINES or more over ROUTINE_SPAN of it) or a progress line: a node
+    that alone prints them (rank 0's progress, the last pipeline stage's timers) does so by design.
+    healthy: seen in a file before its first progress line, i.e. before a job that then trained (start-up lines of
+    the launcher host or rank 0). Without successful jobs to compare with, also lines without failure wording that a
+    file logged while it still progressed (checkpoint saves, validation), unless temporal analysis flagged an
+    iteration (then the cross-job filter and the flagged segments decide)."""
+    routine = np.zeros(n, bool)
+    healthy = np.zeros(n, bool)
+    for scan, tmap in zip(used, maps, strict=True):
+        counts, first, last = np.array(scan.counts), np.array(scan.first), np.array(scan.last)
+        spread = (counts >= ROUTINE_MIN_LINES) & (last - first >= ROUTINE_SPAN * max(scan.lines, 1))
+        routine[tmap[spread]] = True
+        routine[tmap[scan.progress]] = True
+        if scan.progress_start >= 0:
+            healthy[tmap[first < scan.progress_start]] = True
+            if not pool and not flagged_any:
+                healthy[tmap[(first < scan.tail_start - 1) & ~worded[tmap]]] = True
+    return routine, healthy
+
+
+def _onset(scan: FileScan, tmap: np.ndarray, candidate: np.ndarray, pool: bool) -> int:
+    """The line where a file's trouble begins: after its last progress line if it has progress lines; otherwise its
+    first line of a failure-worded candidate event; a file with neither has no trouble of its own (with successful
+    jobs to filter against, all of it is examined, as L4 does)."""
+    if scan.tail_start:
+        return scan.tail_start
+    hits = np.flatnonzero(candidate[tmap])
+    if len(hits):
+        return int(np.array(scan.first)[hits].min())
+    return 0 if pool else scan.lines

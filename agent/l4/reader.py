@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import re
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +60,58 @@ def discover(root: str | Path) -> list[LogFile]:
     files = [p for p in sorted(base.rglob("*")) if p.is_file() and not p.name.startswith(".")
              and (p.name.endswith(LOG_SUFFIXES) or ".log." in p.name)]
     return [LogFile(str(p), node_of(p, base)) for p in files]
+
+
+CHUNK_BYTES = 8 * 2**20
+
+
+def read_chunks(path: str, size: int = CHUNK_BYTES) -> Iterator[bytes]:
+    """The file's bytes (gunzipped) in blocks of whole lines of about `size` bytes, streamed: the first 64 KiB are
+    checked as read_bytes checks them; a gzip that breaks later raises LogError when the break is reached."""
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed in the finally below, after the generator is exhausted
+    except OSError as exc:
+        raise LogError(f"unreadable: {exc.strerror or exc}") from None
+    try:
+        stream = gzip.GzipFile(fileobj=fh) if fh.read(2) == _GZIP_MAGIC else fh
+        fh.seek(0)
+        carry = b""
+        checked = False
+        while True:
+            try:
+                block = stream.read(size)
+            except (EOFError, OSError, zlib.error) as exc:
+                raise LogError(f"corrupt or truncated gzip: {exc}") from None
+            if not checked:
+                _check(block)
+                checked = True
+            if not block:
+                if carry:
+                    yield carry
+                return
+            block = carry + block
+            cut = block.rfind(b"\n") + 1
+            if cut == 0:
+                carry = block
+                continue
+            carry = block[cut:]
+            yield block[:cut]
+    finally:
+        fh.close()
+
+
+def _check(sample: bytes) -> None:
+    sample = sample[:SAMPLE_BYTES]
+    if not sample.strip():
+        raise LogError("empty")
+    if b"\x00" in sample:
+        raise LogError("binary (NUL bytes)")
+    control = len(sample) - len(sample.translate(None, _CONTROL))
+    if control > MAX_CONTROL_FRACTION * len(sample):
+        raise LogError(f"binary ({control} control bytes in the first {len(sample)})")
+    text = sample.decode("utf-8", "replace")
+    if text.count("\ufffd") > MAX_CONTROL_FRACTION * len(text):
+        raise LogError("not text (invalid UTF-8 in most of the first 64 KiB)")
 
 
 def read_bytes(path: str) -> bytes:

@@ -7,13 +7,14 @@ distinct digit-folded line, and iteration numbers are read from the raw bytes wi
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 
 from agent.l4 import stages
-from agent.l4.reader import LogError, LogFile, read_bytes
+from agent.l4.reader import LogError, LogFile, read_chunks
 from agent.l4.templates import canonical, fold_digits
 
 EXAMPLE_CHARS = 400
@@ -34,51 +35,103 @@ class FileScan:
     seq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # shape ids of the lines in segments
     bounds: list[int] = field(default_factory=list)  # segment k is seq[bounds[k]:bounds[k+1]]
     tail_start: int = 0  # first line after the last iteration marker (0: the file has none)
+    progress_start: int = -1  # line of the first progress line (framework marker or generic progress), -1: none
+    progress: list[int] = field(default_factory=list)  # shape indices of the file's progress lines
     transitions: list[tuple[int, int]] = field(default_factory=list)  # (line, stage index), changes only
     skipped: str = ""  # why the file was not used
 
 
 def scan_file(log: LogFile) -> FileScan:
+    """Streams the file in blocks of whole lines (reader.CHUNK_BYTES): memory is bounded by one block plus a few
+    bytes per line, whatever the file's size."""
     try:
-        data = read_bytes(log.path)
+        return scan_chunks(log, read_chunks(log.path))
     except LogError as exc:
         return FileScan(log.path, log.node, skipped=str(exc))
-    return scan_bytes(log, data)
 
 
 def scan_bytes(log: LogFile, data: bytes) -> FileScan:
-    # Raw lines are never split out of `data` (that would be a second Python object per line): the few raw texts
+    return scan_chunks(log, [data])
+
+
+def scan_chunks(log: LogFile, chunks: Iterable[bytes]) -> FileScan:
+    # Raw lines are never split out of a block (that would be a second Python object per line): the few raw texts
     # needed (examples, iteration numbers) are read at line offsets.
-    folded_lines = fold_digits(data).split(b"\n")
-    starts = np.zeros(len(folded_lines), np.int64)
-    starts[1:] = np.flatnonzero(np.frombuffer(data, np.uint8) == 0x0A) + 1
-    if not folded_lines[-1].strip():  # the piece after the final newline (or trailing blanks) is not a line
-        folded_lines.pop()
-    n_lines = len(folded_lines)
-    keys = list(dict.fromkeys(folded_lines))  # distinct folded lines, first occurrence first
-    key_ids = {k: i for i, k in enumerate(keys)}
-    line_keys = np.fromiter(map(key_ids.__getitem__, folded_lines), np.int32, count=n_lines)
-
     shape_ids: dict[str, int] = {}
-    key_to_shape = np.fromiter((shape_ids.setdefault(_shape(key), len(shape_ids)) for key in keys), np.int32,
-                               count=len(keys))
-    line_shapes = key_to_shape[line_keys]
+    examples: list[str] = []
+    pieces: list[np.ndarray] = []  # per block, the shape id of each line
+    mark_lines: list[np.ndarray] = []  # iteration-marker lines that carry a number: global line, shape, number
+    mark_shapes: list[np.ndarray] = []
+    mark_numbers: list[np.ndarray] = []
+    n_lines = 0
+    for data in chunks:
+        folded_lines = fold_digits(data).split(b"\n")
+        starts = np.zeros(len(folded_lines), np.int64)
+        starts[1:] = np.flatnonzero(np.frombuffer(data, np.uint8) == 0x0A) + 1
+        if not folded_lines[-1].strip():  # the piece after the final newline (or trailing blanks) is not a line
+            folded_lines.pop()
+        if not folded_lines:
+            continue
+        keys = list(dict.fromkeys(folded_lines))  # distinct folded lines, first occurrence first
+        key_ids = {k: i for i, k in enumerate(keys)}
+        line_keys = np.fromiter(map(key_ids.__getitem__, folded_lines), np.int32, count=len(folded_lines))
+        del folded_lines, key_ids
+        known = len(shape_ids)
+        key_to_shape = np.fromiter((shape_ids.setdefault(_shape(key), len(shape_ids)) for key in keys), np.int32,
+                                   count=len(keys))
+        line_shapes = key_to_shape[line_keys]
+        if len(shape_ids) > known:  # first raw line of each new shape
+            _, first = np.unique(line_shapes[line_shapes >= known], return_index=True)
+            first = np.flatnonzero(line_shapes >= known)[first]
+            examples += [data[b:b + min(len(keys[k]), EXAMPLE_CHARS)].decode("utf-8", "replace").rstrip()
+                         for b, k in zip(starts[first].tolist(), line_keys[first].tolist(), strict=True)]
+        shapes = list(shape_ids)
+        marker_shape = np.array([stages.is_iteration(shapes[i]) for i in range(len(shapes))], bool)
+        marker = np.flatnonzero(marker_shape[line_shapes])
+        if len(marker):
+            lines, numbers = _iteration_numbers(data, starts, marker, line_keys, keys)
+            mark_lines.append(lines + n_lines)
+            mark_shapes.append(line_shapes[lines])
+            mark_numbers.append(numbers)
+        pieces.append(line_shapes)
+        n_lines += len(line_shapes)
+    if not n_lines:
+        raise LogError("empty")
+    line_shapes = np.concatenate(pieces)
+    del pieces
     shapes = list(shape_ids)
-
     counts = np.bincount(line_shapes, minlength=len(shapes))
     _, first = np.unique(line_shapes, return_index=True)
     _, rev = np.unique(line_shapes[::-1], return_index=True)
     last = len(line_shapes) - 1 - rev
-    examples = [data[b:b + min(len(keys[k]), EXAMPLE_CHARS)].decode("utf-8", "replace").rstrip()
-                for b, k in zip(starts[first].tolist(), line_keys[first].tolist(), strict=True)]
-
     scan = FileScan(log.path, log.node, lines=n_lines, shapes=shapes, counts=counts.tolist(),
                     first=first.tolist(), last=last.tolist(), examples=examples)
-    markers = _marker_lines(shapes, counts, line_shapes)
-    if len(markers):
-        _segment(scan, *_iteration_numbers(data, starts, markers, line_keys, keys), line_shapes)
+    dominant = _dominant_marker(shapes, counts)
+    if dominant >= 0 and mark_lines:
+        lines, marks = np.concatenate(mark_lines), np.concatenate(mark_shapes)
+        numbers = np.concatenate(mark_numbers) if all(m.dtype != object for m in mark_numbers) else \
+            np.array([x for m in mark_numbers for x in m.tolist()], dtype=object)
+        pick = marks == dominant
+        _segment(scan, lines[pick], numbers[pick], line_shapes)
+    _progress(scan, line_shapes)
     _transitions(scan, line_shapes)
     return scan
+
+
+def _progress(scan: FileScan, line_shapes: np.ndarray) -> None:
+    """The file's progress lines: the framework's iteration markers and any other shape that says it reports
+    progress (step/epoch/loss/it/s wording) and repeats through the file (a progress bar, a `step N loss` print).
+    However many there are, they are the job working; the last one ends the healthy part of the file."""
+    n = max(scan.lines, 1)
+    scan.progress = [i for i, shape in enumerate(scan.shapes)
+                     if stages.is_iteration(shape) or (scan.counts[i] >= stages.PROGRESS_MIN_LINES
+                                                       and scan.last[i] - scan.first[i] >= stages.PROGRESS_SPAN * n
+                                                       and stages.is_progress(shape))]
+    if not scan.progress:
+        return
+    scan.progress_start = min(scan.first[i] for i in scan.progress)
+    if not scan.tail_start:
+        scan.tail_start = max(scan.last[i] for i in scan.progress) + 1
 
 
 def _shape(key: bytes) -> str:
@@ -94,14 +147,13 @@ def _cached_shape(key: bytes) -> str:
     return canonical(key.decode("utf-8", "replace"))
 
 
-def _marker_lines(shapes: list[str], counts: np.ndarray, line_shapes: np.ndarray) -> np.ndarray:
-    """Line indices of the iteration-marker shape that drives segmentation: the most frequent one (DeepSpeed prints
-    two markers per step)."""
+def _dominant_marker(shapes: list[str], counts: np.ndarray) -> int:
+    """The iteration-marker shape that drives segmentation: the most frequent one (DeepSpeed prints two markers per
+    step); -1 if the file has none."""
     markers = [i for i, shape in enumerate(shapes) if stages.is_iteration(shape)]
     if not markers:
-        return np.zeros(0, np.int64)
-    dominant = max(markers, key=lambda i: (counts[i], -i))
-    return np.flatnonzero(line_shapes == dominant)
+        return -1
+    return max(markers, key=lambda i: (counts[i], -i))
 
 
 def _iteration_numbers(data: bytes, starts: np.ndarray, lines: np.ndarray, line_keys: np.ndarray,
@@ -146,6 +198,7 @@ def _segment(scan: FileScan, positions: np.ndarray, numbers: np.ndarray, line_sh
 
 def _transitions(scan: FileScan, line_shapes: np.ndarray) -> None:
     stage_arr = np.array([stages.stage_of(s) for s in scan.shapes], np.int8)
+    stage_arr[[i for i in scan.progress if not stage_arr[i]]] = stages.STAGES.index("training") + 1
     if not stage_arr.any():
         return
     per_line = stage_arr[line_shapes]

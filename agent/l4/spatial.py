@@ -11,6 +11,8 @@ from sklearn.ensemble import IsolationForest
 TOP_EVENTS = 5
 TREES = 200
 SILENCE_WEIGHT = 0.5  # iForest scores of healthy nodes sit near 0.4-0.5; a fully silent node gains a clear margin
+EVIDENCE_WEIGHT = 0.5  # a node with full failure evidence (worded events of its own) gains this much
+EVIDENCE_FULL = 2.0  # evidence of two failure-worded events that no other node logs is full evidence
 
 
 @dataclass
@@ -18,7 +20,7 @@ class NodeRank:
     node: str
     score: float  # Isolation Forest anomaly score (higher: more isolated), 0 when nothing deviates
     events: list[int]  # template indices, largest deviation from the median node first
-    rarity: float  # sum over the node's failure events of 1 / (nodes that log the event); breaks ties
+    rarity: float  # sum over the node's failure events of weight / (nodes that log the event)
 
 
 def silence(counts: np.ndarray, widespread: np.ndarray) -> np.ndarray:
@@ -50,8 +52,11 @@ def rank_nodes(nodes: list[str], counts: np.ndarray, rare_weight: np.ndarray, wi
         scores = -forest.fit(x).score_samples(x)
     else:  # two nodes are equally far from each other: the rarity of their events decides
         scores = np.full(len(nodes), 0.5)
-    scores = scores + SILENCE_WEIGHT * silence(counts, widespread)
     rarity = (counts > 0).astype(float) @ rare_weight
+    # iForest isolates whatever is unusual; evidence says which unusual thing is a failure: failure wording over mere
+    # rarity, events on one node over events every node logs.
+    evidence = np.minimum(rarity / EVIDENCE_FULL, 1.0)
+    scores = scores + SILENCE_WEIGHT * silence(counts, widespread) + EVIDENCE_WEIGHT * evidence
     scores = np.where(deviating, scores, 0.0)
     ranked = []
     for i in range(len(nodes)):

@@ -15,24 +15,27 @@ NONE = 0  # not a stage marker; stage k is index k+1 in the scanner's arrays
 
 _RULES: list[tuple[str, re.Pattern[str]]] = [
     ("teardown", re.compile(r"after training is done|exiting program|Sending process .* closing signal|"
-                            r"Killing subprocess|sigkill_handler|ChildFailedError|Root Cause \(first observed",
-                            re.I)),
+                            r"Killing subprocess|sigkill_handler|ChildFailedError|Root Cause \(first observed|"
+                            r"Trainer\.fit` stopped|exits successfully", re.I)),
     ("checkpointing", re.compile(r"saving checkpoint at iteration|"
                                  r"Saving model checkpoint|Checkpoint global_step.* is about to be saved|"
-                                 r"Saving model checkpoint to", re.I)),
+                                 r"Saving model checkpoint to|saving model to .*\.ckpt", re.I)),
     # A completed save is back to training: a fault in the next iteration, before its marker line, is a training
     # failure, not a checkpointing one.
-    ("training", re.compile(r"successfully saved checkpoint|"
+    ("training", re.compile(r"successfully saved checkpoint|is ready now!|"
                             r"^training \.\.\.|before the start of training step|Running training \*|"
                             r"\biteration <\*>/ ?<\*> \||\bstep=<\*>, skipped=|global_step=<\*>|"
                             r"\{'loss': <\*>", re.I)),
     ("loading", re.compile(r"building \w+ model|number of parameters on|loading (distributed )?checkpoint|"
                            r"successfully loaded checkpoint|Begin Load checkpoint|will not load any checkpoints|"
                            r"building train, validation|datasets target sizes|after dataloaders are built|"
-                           r"after model, optimizer|done with setup", re.I)),
+                           r"after model, optimizer|done with setup|DeepSpeed info: version|"
+                           r"Restoring states from the checkpoint|\| Name +\| Type|Trainable params", re.I)),
     ("init", re.compile(r"initializing torch distributed|NCCL INFO Bootstrap|Init START|Init COMPLETE|"
                         r"setting random seeds|init_distributed|Setting ds_accelerator|"
-                        r"time to initialize megatron|after megatron is initialized|NCCL version", re.I)),
+                        r"time to initialize megatron|after megatron is initialized|NCCL version|"
+                        r"Initializing distributed: GLOBAL_RANK|All distributed processes registered|"
+                        r"WORLD INFO DICT|dist_world_size=", re.I)),
 ]
 
 # The per-iteration line of each framework; the raw line gives the iteration number.
@@ -40,6 +43,45 @@ ITERATION_SHAPE = re.compile(r"\biteration <\*>/ ?<\*> \||\bstep=<\*>, skipped=|
                              r"\bstep <\*> \| loss", re.I)
 _NUMBER_ALTERNATIVES = [rb"iteration\s+(\d+)\s*/", rb"global_step=(\d+)", rb"step=(\d+),", rb"\bstep (\d+) \| loss"]
 ITERATION_NUMBER = re.compile(b"|".join(_NUMBER_ALTERNATIVES))
+
+
+# Generic progress lines (a progress bar written to a file, a `step N loss X` print): progress wording, repeated at
+# least PROGRESS_MIN_LINES times over at least PROGRESS_SPAN of the file's lines.
+PROGRESS = re.compile(r"\b(?:step|steps|iter|iters|iteration|epoch|batch|loss|it/s|s/it|samples/s|tokens/s|"
+                      r"samples per second|tflops)\b", re.I)
+PROGRESS_MIN_LINES = 5
+PROGRESS_SPAN = 0.25
+
+# Wording that says something went wrong (error/exception/timeout/NCCL WARN/watchdog/Xid/segfault/OOM ...), and the
+# wording of a reaction to a failure elsewhere (a launcher killing its workers, a collective timing out while it
+# waits for a peer): a consequence, weak evidence of where the fault is.
+FAILURE_WORDING = re.compile(
+    r"error|exception|traceback|fail|fatal|time ?out|timed out|abort|NCCL WARN|watchdog|\bXid\b|segfault|"
+    r"segmentation fault|core dumped|signal|out of memory|\bOOM\b|illegal|ECC|unhandled|terminate|refused|"
+    r"connection closed|closed by|reset by peer|no such file|not found|assert|panic|link down|port error|"
+    r"\bnan\b|corrupt|killed|unreachable|hang|stuck|what\(\)", re.I)
+CONSEQUENCE = re.compile(
+    r"killing subprocess|sigkill|sigterm|exit(?:s|ed)? with (?:return |exit )?code|exit ?code|exit status|"
+    r"closing signal|ChildFailedError|Root Cause|ssh exited|Some NCCL operations have failed|"
+    r"taking the entire process down|detected by watchdog|Process group watchdog|watchdog caught|"
+    r"collective operation timeout|timed out|Timeout\(ms\)|^ *(?:host|rank|pid|time|"
+    r"error_file|traceback) *:", re.I)
+
+
+@lru_cache(maxsize=1 << 16)
+def is_progress(shape: str) -> bool:
+    return PROGRESS.search(shape) is not None
+
+
+@lru_cache(maxsize=1 << 16)
+def failure_weight(template: str) -> float:
+    """How much a failure-candidate event says about where the fault is: failure wording 1, a launcher's reaction
+    to a failure 0.1, no wording (an event that only appears near the end) 0.4."""
+    if CONSEQUENCE.search(template):
+        return 0.1
+    if FAILURE_WORDING.search(template):
+        return 1.0
+    return 0.4
 
 
 @lru_cache(maxsize=1 << 16)  # shapes repeat across the files of a job; classify each once per process
