@@ -54,7 +54,7 @@ bench: install bench-diagnosis bench-hosts bench-l4 bench-reveal bench-kaiops be
 	$(BIN)/python -m eval.bench_checks
 	$(BIN)/python -m eval.bench_safety
 	$(BIN)/python -m eval.bench_tickets --incidents $(DEV_INCIDENTS)
-	$(BIN)/python -m eval.bench_cold --runs 5 --before-commit 83d19f7 --out eval/results/cold.md
+	$(BIN)/python -m eval.bench_cold --runs 3 --before-commit 83d19f7 --out eval/results/cold.md
 
 # Real hosts: `aidai diagnose --host local` on every dev incident text on this machine, unreachable hosts, and every
 # shipped profile healthy (nothing may be confirmed) and faulty (the right leaf). Tables in eval/results/hosts.md.
