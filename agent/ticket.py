@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.inventory import Expectations
+from agent.reasoning.text_signals import clip_words
 from agent.redact import Redactor
 from agent.report import Report, acting_party
 
@@ -79,15 +80,6 @@ APPROVE_HOW = {"cli": "re-run with `--approve-active` (or `--ask` to approve the
                "webhook": "approve them in aidai (the page's approval box, `aidai chat`, or `--approve-active`)"}
 CHANNELS = tuple(APPROVE_HOW)
 TITLE_CHARS = 110
-
-
-def clip_words(text: str, limit: int) -> str:
-    """`text` cut at a word boundary within `limit` characters (versions and ids are never cut in half)."""
-    text = " ".join(text.split())
-    if len(text) <= limit:
-        return text
-    cut = text[:limit].rsplit(" ", 1)[0]
-    return (cut if len(cut) > limit // 2 else text[:limit]).rstrip(" ,;:-") + " …"
 
 
 def ticket_title(data: dict[str, Any]) -> str:

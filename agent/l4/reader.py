@@ -104,6 +104,12 @@ def _check(sample: bytes) -> None:
     sample = sample[:SAMPLE_BYTES]
     if not sample.strip():
         raise LogError("empty")
+    _check_text(sample)
+
+
+def _check_text(sample: bytes) -> None:
+    """Raise LogError when the first SAMPLE_BYTES are not text (NUL bytes, control bytes, invalid UTF-8)."""
+    sample = sample[:SAMPLE_BYTES]
     if b"\x00" in sample:
         raise LogError("binary (NUL bytes)")
     control = len(sample) - len(sample.translate(None, _CONTROL))
@@ -128,13 +134,5 @@ def read_bytes(path: str) -> bytes:
             raise LogError(f"corrupt or truncated gzip: {exc}") from None
     if not data.strip():
         raise LogError("empty")
-    sample = data[:SAMPLE_BYTES]
-    if b"\x00" in sample:
-        raise LogError("binary (NUL bytes)")
-    control = len(sample) - len(sample.translate(None, _CONTROL))
-    if control > MAX_CONTROL_FRACTION * len(sample):
-        raise LogError(f"binary ({control} control bytes in the first {len(sample)})")
-    text = sample.decode("utf-8", "replace")
-    if text.count("\ufffd") > MAX_CONTROL_FRACTION * len(text):
-        raise LogError("not text (invalid UTF-8 in most of the first 64 KiB)")
+    _check_text(data)
     return data

@@ -179,11 +179,13 @@ class OfflineReasoner:
         first: a leaf left open only because its check had nothing to read (no checkpoint directory given) is not
         a lead unless the incident points at it."""
         scored: list[tuple[float, ExplorationHypothesis]] = []
+        leaves = self.taxonomy.labels(leaves_only=True)
+        sims = self.similarity(summary, leaves) if any(j.status == "inconclusive" for j in tested) else {}
         for judgement in tested:
             if judgement.status != "inconclusive":
                 continue
             node = self.taxonomy.node(judgement.label)
-            scored.append((self._relevance(summary, judgement), ExplorationHypothesis(
+            scored.append((self._relevance(summary, judgement, sims), ExplorationHypothesis(
                 title=f"Unverified: {judgement.label}", why=judgement.why,
                 steps=[node.runbook], related_labels=[judgement.label])))
         seen_docs: set[str] = set()
@@ -203,17 +205,15 @@ class OfflineReasoner:
         scored.sort(key=lambda item: -item[0])  # stable: equal relevance keeps the order above
         return [hypothesis for _, hypothesis in scored][:8]
 
-    def _relevance(self, summary: IncidentSummary, judgement: LeafJudgement) -> float:
+    def _relevance(self, summary: IncidentSummary, judgement: LeafJudgement, sims: dict[str, float]) -> float:
         """An undecided leaf's relevance, on the scale of a KB passage's similarity score: its similarity to the
         incident, weighed by where that similarity ranks among every leaf's (a description close to any training
         job, like a corrupted checkpoint's, is no lead unless it is among the closest), plus the incident's own
-        pointers to it and any weak check evidence."""
-        leaves = self.taxonomy.labels(leaves_only=True)
-        sims = self.similarity(summary, leaves)
+        pointers to it and any weak check evidence. `sims`: every leaf's similarity to the incident."""
         sim = max(sims.get(judgement.label, 0.0), 0.0)
-        closer = sum(1 for label in leaves if sims[label] > sim)
+        closer = sum(1 for value in sims.values() if value > sim)
         fit = self.text_fit(summary, judgement.label) or bool(self.stated(summary, judgement.label))
-        return (sim * (1 - closer / max(len(leaves), 1)) ** 2 + TEXT_FIT * fit
+        return (sim * (1 - closer / max(len(sims), 1)) ** 2 + TEXT_FIT * fit
                 + WEAK_EVIDENCE * (judgement.evidence.strength == "weak"))
 
     def conclude(self, summary: IncidentSummary, confirmed: list[LeafJudgement],

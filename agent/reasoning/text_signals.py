@@ -109,7 +109,16 @@ def _host_name(token: str, text: str, start: int) -> bool:
 
 def title(text: str, lines: list[str]) -> str:
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    return (lines[0] if lines and len(first) < 12 else first)[:120]
+    return clip_words(lines[0] if lines and len(first) < 12 else first, 120)
+
+
+def clip_words(text: str, limit: int) -> str:
+    """`text` cut at a word boundary within `limit` characters (versions and ids are never cut in half)."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0]
+    return (cut if len(cut) > limit // 2 else text[:limit]).rstrip(" ,;:-") + " …"
 
 
 def _unique(values) -> list[str]:  # type: ignore[no-untyped-def]
