@@ -80,7 +80,7 @@ def test_drawn_fields_are_well_formed_and_kept_when_the_record_has_them() -> Non
             assert record["view"] in VIEWS
             for latent in record["latent"]:
                 assert latent["host"] in record["hosts"]
-                assert 1.0 <= latent["age_h"] <= 720.0
+                assert 2.0 <= latent["age_h"] <= 720.0
                 resolve({k: v for k, v in latent.items() if k != "age_h"}, want_noise=False)  # the sim knows it
             assert "at" not in record  # not drawn: the scenario's time stays its creation time
     given = {**RECORDS[0], "view": "vm", "latent": [{"fault": "driver.persistence_off", "age_h": 5}]}

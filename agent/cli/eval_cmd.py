@@ -130,6 +130,10 @@ def eval_command(
         "latent faults, node count; repeatable or comma-separated, one run per seed.")] = None,
     controls: Annotated[bool, typer.Option("--controls", help="The records without their cause's faults (latent "
                                            "and noise kept): the right outcome is no confirmed cause.")] = False,
+    trace: Annotated[bool, typer.Option("--trace", help="Each row of aidai and tgd also carries what the conclusion "
+                                        "was drawn from: every judged leaf with its evidence, the walk's order, the "
+                                        "similar past incidents and how each confirmed leaf is tied to the incident."
+                                        )] = False,
 ) -> None:
     """Benchmark diagnosis methods on incident records with simulated hosts: micro/macro F1 at three levels,
     per-category scores, pipeline shares, checks, LLM calls and time per incident."""
@@ -147,7 +151,7 @@ def eval_command(
                            controls, len(seeds) > 1)
             runs[name] = _run(command, err, incidents, history, seed, method or ["aidai"], llm, base_url, model,
                               remove_label or [], leave_one_out, workers, timeout, knowledge, out, name, cache_dir,
-                              only or [], taxonomy, confound_seed, controls)
+                              only or [], taxonomy, confound_seed, controls, trace)
     if as_json:
         payloads: dict[str, Any] = {}
         for name, metrics in runs.items():
@@ -169,7 +173,7 @@ def _run(command: str, err: Console, incidents: Path, history: Path | None, seed
          base_url: str | None, model: str | None, remove: list[str], leave_one_out: bool, workers: int,
          timeout: float, knowledge: bool, out: Path | None, tag: str | None, cache_dir: Path | None,
          only: list[str], taxonomy_file: Path | None = None, confound: int | None = None,
-         controls: bool = False) -> dict[str, dict[str, Any]]:
+         controls: bool = False, trace: bool = False) -> dict[str, dict[str, Any]]:
     from agent.reasoning.factory import make_reasoner
     from agent.reasoning.offline import OfflineReasoner
     from agent.taxonomy import TaxonomyError, load_candidate, load_taxonomy
@@ -208,7 +212,7 @@ def _run(command: str, err: Console, incidents: Path, history: Path | None, seed
                        history_file=str(history) if history else None, leave_one_out=leave_one_out, remove=remove,
                        knowledge=knowledge, workers=workers, timeout_s=timeout,
                        cache_dir=str(cache_dir) if cache_dir else None,
-                       taxonomy_file=str(taxonomy_file) if taxonomy_file else None)
+                       taxonomy_file=str(taxonomy_file) if taxonomy_file else None, trace=trace)
 
     def progress(row: dict[str, Any]) -> None:
         mark = "error" if row.get("error") else "ok" if row.get("leaf_ok") else "miss"

@@ -89,6 +89,9 @@ class Outcome:
     # check evidence behind `predicted` by the leaf's evidence rules: strong | weak | none; None = no prediction,
     # or a method that runs no checks (rcacopilot, did)
     evidence: str | None = None
+    # what the conclusion was drawn from (aidai, tgd; rows carry it with --trace): every judged leaf with its
+    # evidence, the diagnosis path, the similar past incidents, and how each confirmed leaf is tied to the incident
+    trace: dict[str, Any] | None = None
 
 
 class Method(Protocol):
@@ -159,7 +162,16 @@ class AidAI:
                              if s.action not in ("rank", "start", "enter")],
                        explored=list(dict.fromkeys(lb for h in report.exploration for lb in h.related_labels)),
                        checks=check_costs(runner), usage=usage_of(reasoner, before),
-                       nearest_history=max((p.score for p in report.similar), default=None))
+                       nearest_history=max((p.score for p in report.similar), default=None),
+                       trace=trace_of(report))
+
+
+def trace_of(report: Report) -> dict[str, Any]:
+    return {"judgements": [j.model_dump(mode="json") for j in report.hypotheses],
+            "path": [s.model_dump(mode="json") for s in report.path if s.action != "rank"],
+            "similar": [[p.label, p.score] for p in report.similar],
+            "pretriage_priors": [t.priors for t in report.pretriage if t.priors],
+            "links": {c.label: c.link for c in [*report.root_causes, *report.also_found]}}
 
 
 def primary_evidence(report: Report) -> str | None:

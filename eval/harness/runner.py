@@ -52,6 +52,7 @@ class RunConfig:
     timeout_s: float = 600.0
     cache_dir: str | None = None  # seed DB and KB index built once (default: <aidai data dir>/eval-cache)
     taxonomy_file: str | None = None  # a taxonomy other than the shipped one (e.g. built from history)
+    trace: bool = False  # rows carry the method's trace (Outcome.trace): what its conclusion was drawn from
     data_dir: str = ""  # set by run_benchmark: the run's prepared DB
     work_dir: str = ""  # set by run_benchmark: simulated hosts live here
 
@@ -132,6 +133,8 @@ def run_task(method_spec: str, record: dict[str, Any]) -> Row:
         row.update(predicted=outcome.predicted, confirmed=list(outcome.confirmed), pipeline=outcome.pipeline,
                    path=list(outcome.path), explored=list(outcome.explored), nearest_history=outcome.nearest_history,
                    evidence=outcome.evidence, **outcome.checks, **outcome.usage)
+        if config.trace and outcome.trace:
+            row["trace"] = outcome.trace
     except Exception as exc:  # a method's bug or a timeout: the run goes on
         row["error"] = f"{type(exc).__name__}: {exc}"[:500]
         row["traceback"] = traceback.format_exc(limit=6)[-2000:]
