@@ -3,7 +3,8 @@ a real Prometheus (Debian's binary on loopback) with a bearer token, as a fleet'
 
 One diagnosis of the simulated ECC host (pipeline 1 off, so no embedding model is loaded for it) fills the counters:
 a run started and finished resolved, verdicts per host and check, check durations; a second run stops at an
-approval and shows as waiting.
+approval and shows as waiting. The server is configured with a Prometheus that is not there: each run's pre-triage
+says so and the diagnosis goes on.
 """
 
 from __future__ import annotations
@@ -19,8 +20,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent.server.client import Client
 from agent.server.config import ServerConfig
 from agent.sim.scenario import find_record, scenario_from_record
+from tests.chroma_server import free_port
 from tests.prometheus_server import query, running_prometheus, wait_until
 from tests.test_server import EXAMPLES, FOB_INCIDENT, OPERATOR_TOKEN, TOKENS, VIEWER_TOKEN, serving
+
+ABSENT_PROMETHEUS = f"http://127.0.0.1:{free_port()}"
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +35,7 @@ def ecc_spec(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.fixture
 def server(tmp_path: Path, tiny_kb: Path, ecc_spec: str) -> Iterator[str]:
     config = ServerConfig(data_dir=str(tmp_path / "data"), targets=[ecc_spec], kb_dir=str(tiny_kb), workers=2,
-                          tokens=dict(TOKENS), history=False)
+                          tokens=dict(TOKENS), history=False, prometheus=ABSENT_PROMETHEUS)
     with serving(config) as url:
         yield url
 
@@ -71,8 +75,10 @@ def test_runs_verdicts_durations_and_waiting_runs(server: str, ecc_spec: str, tm
     record = find_record(EXAMPLES, "demo-ecc")
     with Client(server, token=OPERATOR_TOKEN) as client:
         run_id = client.start(record["description"], [ecc_spec], approval="none", feedback_rounds=0)
-        client.wait(run_id, timeout=240)
+        events = client.wait(run_id, timeout=240)
         assert client.run(run_id)["result"]["resolved"] is True
+        tools = {t["tool"]: t for e in events if e.type == "pretriage" for t in e.data["results"]}
+        assert tools["prometheus"]["status"] == "error" and "cannot connect" in tools["prometheus"]["reason"]
         found = samples(server)
         assert value(found, "aidai_runs_started_total") == 1
         assert value(found, "aidai_runs_finished_total", status="done", resolved="true") == 1
@@ -104,3 +110,11 @@ def test_a_real_prometheus_scrapes_it_with_a_bearer_token(server: str, tmp_path:
         assert [float(s["value"][1]) for s in query(url, 'up{job="aidai"}')] == [1.0]
         statuses = {s["metric"]["status"] for s in query(url, "aidai_runs")}
         assert statuses == {"queued", "running", "waiting", "done", "failed"}
+
+
+def test_a_run_may_not_ask_for_a_prometheus_the_server_lacks(tmp_path: Path, tiny_kb: Path, ecc_spec: str) -> None:
+    config = ServerConfig(data_dir=str(tmp_path / "data"), targets=[ecc_spec], kb_dir=str(tiny_kb), history=False)
+    with serving(config) as url, Client(url) as client:
+        answer = client.http.post("/api/runs", json={"incident": "x failed", "hosts": [ecc_spec], "prometheus": True})
+        assert answer.status_code == 400 and "no Prometheus configured" in answer.json()["detail"]
+        assert client.http.get("/api/runs").json()["runs"] == []

@@ -52,7 +52,7 @@ class CounterRule:
 
 @dataclass(frozen=True)
 class FlagRule:
-    """A 0/1 gauge: set at any sample of the window."""
+    """A state (a 0/1 gauge, or a count of things waiting): set at any sample of the window."""
 
     metric: str
     id: str
@@ -74,8 +74,6 @@ COUNTERS: tuple[CounterRule, ...] = (
                 "loaded", ("GPU.MEMORY",), rise_warn=math.inf, level_warn=None),
     CounterRule("DCGM_FI_DEV_RETIRED_DBE", "retired_pages_dbe", "pages retired for double-bit errors",
                 UNCORRECTABLE, rise_fail=1),
-    CounterRule("DCGM_FI_DEV_RETIRED_PENDING", "retired_pages_pending", "pages pending retirement (a GPU reset "
-                "retires them)", ("GPU.MEMORY.ROW_REMAP_PENDING",)),
     CounterRule("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "remapped_rows_uncorrectable", "rows remapped for "
                 "uncorrectable errors", UNCORRECTABLE, level_warn=None),
     CounterRule("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "remapped_rows_correctable", "rows remapped for correctable "
@@ -97,6 +95,9 @@ FLAGS: tuple[FlagRule, ...] = (
              ("GPU.MEMORY.ROW_REMAP_FAILURE",), "FAIL"),
     FlagRule("DCGM_FI_DEV_ROW_REMAP_PENDING", "row_remap_pending", "a row remap is pending (applies at the next GPU "
              "reset)", ("GPU.MEMORY.ROW_REMAP_PENDING",), "WARN"),
+    # a count, but a state like the pending remap: pages wait for the next GPU reset to be retired
+    FlagRule("DCGM_FI_DEV_RETIRED_PENDING", "retired_pages_pending", "pages are pending retirement (a GPU reset "
+             "retires them)", ("GPU.MEMORY.ROW_REMAP_PENDING",), "WARN"),
 )
 
 # the metrics whose absence leaves a question open: said per host when its exporter does not export them
