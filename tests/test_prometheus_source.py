@@ -271,3 +271,14 @@ def test_the_cli_prints_each_host_and_its_url(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_series_belong_to_a_host_by_its_name_short_name_or_address() -> None:
+    from agent.prometheus.triage import HostMap
+
+    hosts = HostMap({"ssh://ops@10.0.0.5": ["10.0.0.5"], "ssh://ops@gpu-7": ["gpu-7.cluster.local", "gpu-7"]})
+    assert hosts.owner({"instance": "10.0.0.5:9400"}) == ("ssh://ops@10.0.0.5", "instance")
+    assert hosts.owner({"instance": "10.0.0.55:9400"}) is None  # an address is never cut to its first number
+    assert hosts.owner({"Hostname": "GPU-7"}) == ("ssh://ops@gpu-7", "Hostname")
+    assert hosts.owner({"Hostname": "gpu-7.other.domain"}) == ("ssh://ops@gpu-7", "Hostname")
+    assert hosts.owner({"Hostname": "gpu-70"}) is None and hosts.owner({"instance": "gpu-8:9400"}) is None

@@ -14,7 +14,9 @@ that cannot be reached are said as such, never read as healthy.
 
 from __future__ import annotations
 
+import ipaddress
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -93,7 +95,17 @@ def _promql_string(text: str) -> str:
 
 
 def short(name: str) -> str:
-    return name.split(".", 1)[0].lower()
+    """A host name's first label (gpu-7.cluster.local -> gpu-7); an IP address stays whole."""
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+        return name.lower()
+    except ValueError:
+        return name.split(".", 1)[0].lower()
+
+
+def model_key(name: str) -> str:
+    """A GPU model name however the exporter spells it (--replace-blanks-in-model-name writes dashes)."""
+    return re.sub(r"[\s-]+", " ", name).strip().lower()
 
 
 @dataclass
@@ -158,7 +170,7 @@ class Triage:
         self.prom = prom
         self.map = hosts
         self.window = window
-        self.temp_limits = temp_limits  # GPU model name (modelName) -> its temperature limit
+        self.temp_limits = {model_key(k): v for k, v in temp_limits.items()}  # GPU model -> its temperature limit
         self.result = {h: HostTriage(host=h, names=names) for h, names in hosts.names.items()}
         self.exported: dict[str, set[str]] = {h: set() for h in hosts.names}
         self._ups: dict[frozenset[tuple[str, str]], tuple[str, dict[str, str], float]] | None = None
@@ -254,7 +266,7 @@ class Triage:
                 self.result[host].series += 1
                 self.result[host].peaks.setdefault(metric, {})[_who(labels)] = value
                 who = _who(labels)
-                limit = self.temp_limits.get(labels.get("modelName", "")) if metric == rules.GPU_TEMP else (
+                limit = self.temp_limits.get(model_key(labels.get("modelName", ""))) if metric == rules.GPU_TEMP else (
                     rules.MEMORY_TEMP_LIMIT_C if metric == rules.MEMORY_TEMP else None)
                 if limit is not None and value > limit:
                     severity = "FAIL" if metric == rules.GPU_TEMP else "WARN"
