@@ -282,3 +282,21 @@ def test_series_belong_to_a_host_by_its_name_short_name_or_address() -> None:
     assert hosts.owner({"Hostname": "GPU-7"}) == ("ssh://ops@gpu-7", "Hostname")
     assert hosts.owner({"Hostname": "gpu-7.other.domain"}) == ("ssh://ops@gpu-7", "Hostname")
     assert hosts.owner({"Hostname": "gpu-70"}) is None and hosts.owner({"instance": "gpu-8:9400"}) is None
+
+
+def test_the_cli_ranks_hosts_on_its_own(fleet: Fleet) -> None:
+    from typer.testing import CliRunner
+
+    from agent.cli.main import app
+
+    result = CliRunner().invoke(app, ["prometheus", f"sim:{fleet.a}", "gpu-7", "--prometheus", fleet.prometheus,
+                                      "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["tool"] == "prometheus" and out["status"] == "ok"
+    assert out["hosts"][0] in ("node-1", "gpu-7") and {"node-1", "gpu-7"} <= set(out["hosts"])
+    assert "node-2" not in out["hosts"]
+    unread = CliRunner().invoke(app, ["prometheus", "node-1", "--prometheus", f"http://127.0.0.1:{free_port()}"])
+    assert unread.exit_code == 1 and "cannot connect" in unread.output
+    bad = CliRunner().invoke(app, ["prometheus", "node-1", "--prometheus", "prom:9090"])
+    assert bad.exit_code == 2 and "expected http(s)://" in bad.output
