@@ -156,7 +156,8 @@ def test_a_count_flat_since_before_the_window_is_history(fleet: Fleet) -> None:
     first = min(float(v[0]) for s in query(fleet.prometheus, 'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{Hostname="node-1"}[1h]')
                 for v in s["values"])
     # the window opens after Prometheus' first samples of node-1: wait until it has samples on both sides
-    wait_until("samples after the window's start", lambda: time.time() > first + 4, fleet.log)
+    wait_until("samples after the window's start", lambda: max(float(s["value"][1]) for s in query(
+        fleet.prometheus, 'timestamp(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{Hostname="node-1"})')) > first + 3, fleet.log)
     with Prometheus(fleet.prometheus) as prom:
         report = triage(prom, {"node-1": ["node-1"]}, Window(first + 2, time.time()))
     host = report.hosts[0]
