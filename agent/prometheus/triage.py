@@ -225,6 +225,8 @@ class Triage:
             self.result[host].series += 1
             reset = resets.get(key, (host, labels, 0.0))[2]
             earlier = before.get(key)
+            if earlier is not None and value < earlier[2] and not reset:
+                earlier = None  # reset between the last sample before the window and the first in it: undated
             if reset:
                 rise, since = round(increase.get(key, (host, labels, 0.0))[2]), f"{_fmt(reset)} reset(s) in the window"
             elif earlier is not None:
