@@ -63,7 +63,8 @@ class DiagnoseOptions:
     kb_dir: str | None = None  # markdown KB to read instead of the bundled knowledge/kb
     max_feedback_rounds: int = 0  # exploration questions asked before escalating (0: none, batch runs)
     # see agent/pretriage.py
-    pretriage: list[str] = field(default_factory=lambda: ["preflight", "l4", "reveal", "kaiops"])
+    pretriage: list[str] = field(default_factory=lambda: ["preflight", "l4", "reveal", "kaiops", "prometheus"])
+    prometheus: str | None = None  # http://HOST:9090 of the fleet's Prometheus (dcgm-exporter metrics) for pre-triage
     checkpoint: bool = True
     # per-investigation limits (None: unlimited); a limit reached concludes the run with the reason
     max_checks: int | None = None
@@ -131,7 +132,7 @@ class Diagnoser:
             taxonomy=self.taxonomy, reasoner=self.reasoner, runner=self.runner,
             retrieve=self.retrieval.similar if self.options.history else None,
             kb_query=self.retrieval.passages if self.options.knowledge else None,
-            pretriage=pretriage.tools(self.options.pretriage, self.runner),
+            pretriage=pretriage.tools(self.options.pretriage, self.runner, self.options.prometheus),
             emit=emit or (lambda event: None), approval=self.options.approval,
             max_feedback_rounds=self.options.max_feedback_rounds, limits=self.options.limits(),
             audit=self._audit, operator=self.operator)

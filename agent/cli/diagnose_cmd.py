@@ -74,6 +74,10 @@ MaxChecksOpt = Annotated[int | None, typer.Option("--max-checks", metavar="N", m
 MaxWallOpt = Annotated[float | None, typer.Option("--max-wall-s", metavar="S", min=0.001,
                                                   help="Stop the investigation after S seconds of work (waiting for "
                                                        "your answers does not count).")]
+PrometheusOpt = Annotated[str | None, typer.Option(
+    "--prometheus", metavar="URL", envvar="AIDAI_PROMETHEUS_URL",
+    help="The fleet's Prometheus (http://HOST:9090): its dcgm-exporter metrics for the hosts and the incident's "
+         "window rank the hosts before any check (credentials: AIDAI_PROMETHEUS_TOKEN or AIDAI_PROMETHEUS_BASIC).")]
 MaxTokensOpt = Annotated[int | None, typer.Option("--max-llm-tokens", metavar="N", min=1,
                                                   help="Stop the investigation once the LLM used N tokens.")]
 
@@ -87,12 +91,13 @@ def user_errors() -> tuple[type[Exception], ...]:
     from agent.knowledge.embeddings import EmbeddingUnavailable
     from agent.knowledge.store import StoreError
     from agent.limits import LimitError
+    from agent.prometheus.client import PrometheusUrlError
     from agent.redact import RedactionMappingError
     from agent.ticket_export import ExportError
 
     return (HostSpecError, ReasonerConfigError, RunNotFound, IncidentError, FileNotFoundError, IsADirectoryError,
             StoreError, EmbeddingUnavailable, CheckNotAllowed, LimitError, ExportError, RedactionMappingError,
-            CheckpointStoreError, AuditError)
+            CheckpointStoreError, AuditError, PrometheusUrlError)
 
 
 @contextmanager
@@ -276,6 +281,7 @@ def diagnose(
     success_logs: SuccessLogsOpt = None,
     telemetry: TelemetryOpt = None,
     metrics: MetricsOpt = None,
+    prometheus: PrometheusOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the report contract as JSON on stdout "
                                                          "(progress stays on stderr).")] = False,
     ticket: TicketOpt = None,
@@ -312,6 +318,10 @@ def diagnose(
         if approve_active and ask:
             raise IncidentError("--approve-active and --ask exclude each other")
         check_profile(profile)
+        if prometheus:
+            from agent.prometheus.client import check_url
+
+            prometheus = check_url(prometheus)
         export = TicketExport(ticket, ticket_format, webhook, webhook_template)
         from agent.audit import local_user, signed
 
@@ -323,6 +333,8 @@ def diagnose(
             from agent.diagnosis import load_run
 
             options, incident = load_run(resume, str(data_dir) if data_dir else None)
+            if prometheus:
+                options.prometheus = prometheus
             if approve_active or ask:
                 options.approval = "all" if approve_active else "ask"
             for name, value in (("max_checks", max_checks), ("max_wall_s", max_wall_s),
@@ -349,7 +361,7 @@ def diagnose(
                 approval="all" if approve_active else "ask" if ask else "none", llm=llm, base_url=base_url,
                 model=model, profile=profile, data_dir=str(data_dir) if data_dir else None, chroma_url=chroma_url,
                 history=not no_history, max_checks=max_checks, max_wall_s=max_wall_s, max_llm_tokens=max_llm_tokens,
-                operator=operator, checkpoint_url=checkpoint_url)
+                operator=operator, checkpoint_url=checkpoint_url, prometheus=prometheus)
         options.limits()  # a bad limit is refused before anything runs
         view = ProgressView(err)
         answer = signed(make_answer(view, err, interactive=ask, approve_all=approve_active), operator)

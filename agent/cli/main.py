@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "demo": ("demo_cmd", "demo", "command"),
     "eval": ("eval_cmd", "eval_command", "command"),
     "preflight": ("preflight_cmd", "preflight", "command"),
+    "prometheus": ("prometheus_cmd", "prometheus", "command"),
     "serve": ("serve_cmd", "serve", "command"),
     "checks": ("checks_cmd", "app", "group"),
     "kb": ("kb_cmd", "app", "group"),

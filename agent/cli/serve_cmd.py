@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from agent.cli.diagnose_cmd import BaseUrlOpt, CheckpointUrlOpt, ChromaUrlOpt, DataDirOpt, ModelOpt
+from agent.cli.diagnose_cmd import BaseUrlOpt, CheckpointUrlOpt, ChromaUrlOpt, DataDirOpt, ModelOpt, PrometheusOpt
 from agent.executors.hosts import SPEC_HELP
 
 
@@ -31,15 +31,18 @@ def serve(
     checkpoint_url: CheckpointUrlOpt = None,
     base_url: BaseUrlOpt = None,
     model: ModelOpt = None,
+    prometheus: PrometheusOpt = None,
     no_history: Annotated[bool, typer.Option("--no-history", help="Skip pipeline 1 (similar past incidents).")
                           ] = False,
     kb_dir: Annotated[Path | None, typer.Option("--kb-dir", metavar="DIR",
                                                 help="Markdown knowledge base to use instead of the bundled one.")
                       ] = None,
 ) -> None:
-    """Serve the diagnosis API (OpenAPI at /openapi.json) and the web page at http://HOST:PORT/."""
+    """Serve the diagnosis API (OpenAPI at /openapi.json), the web page at http://HOST:PORT/ and the server's own
+    metrics for Prometheus at /metrics (a bearer token once tokens are configured, like the API)."""
     err = Console(stderr=True)
     from agent.executors.hosts import HostSpecError, executors_for
+    from agent.prometheus.client import PrometheusUrlError, check_url
     from agent.server.config import ConfigError, ServerConfig, load_tokens
 
     targets = list(target or ["local"])
@@ -51,9 +54,10 @@ def serve(
                               tokens=load_tokens(tokens), host=host, port=port, workers=workers,
                               max_upload_bytes=int(max_upload_mb * 2**20), base_url=base_url, model=model,
                               kb_dir=str(kb_dir) if kb_dir else None, chroma_url=chroma_url,
-                              checkpoint_url=checkpoint_url, history=not no_history)
+                              checkpoint_url=checkpoint_url, history=not no_history,
+                              prometheus=check_url(prometheus) if prometheus else None)
         config.check()
-    except (ConfigError, HostSpecError) as exc:
+    except (ConfigError, HostSpecError, PrometheusUrlError) as exc:
         err.print(f"[red]error: {escape(str(exc))}[/]", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     import uvicorn

@@ -1,4 +1,5 @@
-"""`aidai sim create|faults|profiles`: simulated hosts with faults from FAULTS.md, built from SKU profiles."""
+"""`aidai sim create|exporter|faults|profiles`: simulated hosts with faults from FAULTS.md, built from SKU profiles,
+and their GPUs served as dcgm-exporter serves them."""
 
 from __future__ import annotations
 
@@ -52,6 +53,41 @@ def create(
     names = ", ".join(h.hostname for h in scenario.hosts)
     console.print(f"created {scenario.root} ({scenario.profile}; view {scenario.view}; hosts: {names})")
     console.print(f"run: aidai checks run --all --host sim:{scenario.root}")
+
+
+@app.command("exporter")
+def exporter(
+    directory: Annotated[Path, typer.Argument(help="A scenario made by `aidai sim create`.")],
+    port: Annotated[int, typer.Option("--port", help="Port of the first host; the others take the next ports "
+                                                     "(0: a free port each).")] = 9400,
+    address: Annotated[str, typer.Option("--address", help="Address to listen on.")] = "127.0.0.1",
+    collectors: Annotated[Path | None, typer.Option(
+        "--collectors", "-f", metavar="CSV", help="dcgm-exporter collectors file (FIELD, type, help per line); "
+                                                  "default: agent/sim/exporter/counters.csv.")] = None,
+    no_hostname: Annotated[bool, typer.Option("--no-hostname", help="Omit the Hostname label, as dcgm-exporter "
+                                                                   "--no-hostname does.")] = False,
+) -> None:
+    """Serve every host's GPUs as dcgm-exporter does (GET /metrics, its metric names and labels), one listener
+    per host, until interrupted. Prints one JSON line per host: {"host", "url"}."""
+    import threading
+
+    from agent.sim.exporter.render import DEFAULT_COUNTERS, CountersError
+    from agent.sim.exporter.serve import ExporterFleet
+
+    try:
+        fleet = ExporterFleet(directory, address=address, port=port, counters=collectors or DEFAULT_COUNTERS,
+                              hostname=not no_hostname)
+        urls = fleet.start()
+    except (CountersError, FileNotFoundError, OSError) as exc:
+        raise typer.BadParameter(str(exc)) from None
+    for name, url in urls.items():
+        print(json.dumps({"host": name, "url": url}), flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        fleet.stop()
 
 
 @app.command("faults")

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 from sse_starlette.sse import EventSourceResponse
@@ -35,6 +35,7 @@ from agent.server.inputs import (
     read_form,
     save_uploads,
 )
+from agent.server.metrics import CONTENT_TYPE, ServerMetrics
 from agent.server.runs import RunManager
 from agent.server.store import RunConflict, RunStore
 
@@ -50,7 +51,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     config.check()
     store = RunStore(server_dir(config) / "server.sqlite")
     broker = events.Broker()
-    manager = RunManager(config, store, broker)
+    metrics = ServerMetrics(store, config.workers)
+    manager = RunManager(config, store, broker, metrics)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -62,7 +64,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     app = FastAPI(title="aidai", version="0.1.0", lifespan=lifespan,
                   description="Diagnosis of AI-workload incidents on GPU hosts: start a run, stream its events, "
                               "answer its questions and approvals, fetch the report and the escalation ticket.")
-    app.state.config, app.state.store, app.state.manager = config, store, manager
+    app.state.config, app.state.store, app.state.manager, app.state.metrics = config, store, manager, metrics
     app.add_middleware(BodyLimit, limit=config.max_upload_bytes)
     _errors(app)
 
@@ -78,6 +80,13 @@ def create_app(config: ServerConfig) -> FastAPI:
         return FileResponse(STATIC / "index.html")
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    # ---- Prometheus -----------------------------------------------------------------------------------------
+    @app.get("/metrics", include_in_schema=False)
+    def prometheus_metrics(who: Viewer) -> Response:
+        """The server's metrics in Prometheus' text format. Like the API (it names hosts, checks and verdicts):
+        open on loopback without tokens, a bearer token of any role once tokens are configured."""
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE)
 
     # ---- API ----------------------------------------------------------------------------------------------
     @app.get("/api/me")
@@ -105,12 +114,15 @@ def create_app(config: ServerConfig) -> FastAPI:
                                      "operator role")
         if new.request.llm == "openai" and not config.model:
             raise BadInput("llm=openai: this server has no model configured (aidai serve --base-url --model)")
+        if new.request.prometheus and not config.prometheus:
+            raise BadInput("prometheus=true: this server has no Prometheus configured (aidai serve --prometheus URL)")
         incident, attachments = build_incident(new, config.targets)
         run_id = new_run_id()
         folder = server_dir(config) / "uploads" / run_id
         incident = await asyncio.to_thread(save_uploads, incident, attachments, folder)
         options = manager.options(list(new.request.hosts), llm=new.request.llm, approval=new.request.approval,
-                                  feedback_rounds=new.request.feedback_rounds, operator=who.name)
+                                  feedback_rounds=new.request.feedback_rounds, operator=who.name,
+                                  prometheus=config.prometheus if new.request.prometheus is not False else None)
         try:
             store.create(run_id, title=_first_line(incident.text), hosts=list(incident.hosts), created_by=who.name,
                          options=asdict(options), incident=incident.model_dump(mode="json"))
@@ -118,6 +130,7 @@ def create_app(config: ServerConfig) -> FastAPI:
             shutil.rmtree(folder, ignore_errors=True)  # no run row, no orphan upload
             raise
         manager.emit(run_id, {"type": "status", "status": "queued", "waiting_for": None, "by": who.name})
+        metrics.started.inc()
         manager.submit(run_id)
         return RunCreated(id=run_id, status="queued")
 

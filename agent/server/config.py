@@ -48,6 +48,7 @@ class ServerConfig:
     chroma_url: str | None = None
     checkpoint_url: str | None = None  # Postgres for the runs' checkpoints (default: SQLite in the data dir)
     history: bool = True  # pipeline 1 (similar past incidents; loads the embedding model on the first run)
+    prometheus: str | None = None  # the fleet's Prometheus, read by every run's pre-triage (unless it says no)
 
     def check(self) -> None:
         if not self.tokens and not is_loopback(self.host):

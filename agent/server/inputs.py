@@ -52,6 +52,10 @@ class RunRequest(BaseModel):
         "ask", description="active checks: ask an operator (an approval event), never run them, or run them all "
                            "(operator only)")
     feedback_rounds: int = Field(1, ge=0, le=3, description="questions asked before escalating")
+    prometheus: bool | None = Field(
+        None, description="read the server's Prometheus (aidai serve --prometheus) for pre-triage: default yes when "
+                          "one is configured; true without one is refused; the URL is the server's, never the "
+                          "caller's")
 
 
 class RunCreated(BaseModel):

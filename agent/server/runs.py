@@ -24,6 +24,7 @@ from agent.models import CheckResult, Verdict
 from agent.report import Report
 from agent.server.config import ServerConfig
 from agent.server.events import Broker
+from agent.server.metrics import ServerMetrics
 from agent.server.store import RunStore
 
 log = logging.getLogger("aidai.server")
@@ -227,22 +228,23 @@ class Replay:
 
 
 class RunManager:
-    def __init__(self, config: ServerConfig, store: RunStore, broker: Broker):
+    def __init__(self, config: ServerConfig, store: RunStore, broker: Broker, metrics: ServerMetrics | None = None):
         self.config = config
         self.store = store
         self.broker = broker
+        self.metrics = metrics or ServerMetrics(store, config.workers)
         self.pool = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="aidai-run")
         self._retrieval: SharedRetrieval | None = None
         self._retrieval_lock = threading.Lock()
 
     def options(self, hosts: list[str], *, llm: str, approval: str, feedback_rounds: int,
-                operator: str) -> DiagnoseOptions:
+                operator: str, prometheus: str | None = None) -> DiagnoseOptions:
         c = self.config
         # operator: who started it, the approver of record under the policies all/none
         return DiagnoseOptions(hosts=hosts, approval=approval, llm=llm, base_url=c.base_url,  # type: ignore[arg-type]
                                model=c.model, data_dir=c.data_dir, chroma_url=c.chroma_url, kb_dir=c.kb_dir,
                                max_feedback_rounds=feedback_rounds, history=c.history,
-                               checkpoint_url=c.checkpoint_url, operator=operator)
+                               checkpoint_url=c.checkpoint_url, operator=operator, prometheus=prometheus)
 
     def retrieval(self, options: DiagnoseOptions) -> SharedRetrieval:
         with self._retrieval_lock:
@@ -254,6 +256,7 @@ class RunManager:
     def emit(self, run_id: str, event: dict[str, Any]) -> None:
         self.store.append(run_id, {**event, "ts": time.time()})
         self.broker.notify(run_id)
+        self.metrics.event(event)
 
     def set_status(self, run_id: str, status: str, **fields: Any) -> None:
         """The run's status and its `status` event, written together (one transaction), the event made from the
@@ -273,7 +276,8 @@ class RunManager:
         self.submit(run_id)
 
     def submit(self, run_id: str) -> None:
-        self.pool.submit(self._work, run_id)
+        self.metrics.queued.inc()
+        self.pool.submit(self._turn, run_id)
 
     def recover(self) -> list[str]:
         """Queue again every run a previous server left queued or running (killed mid-run)."""
@@ -288,6 +292,14 @@ class RunManager:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     # ---- one worker's turn --------------------------------------------------------------------------------
+    def _turn(self, run_id: str) -> None:
+        self.metrics.queued.dec()
+        with self.metrics.busy.track_inprogress():
+            self._work(run_id)
+
+    def _ended(self, run: dict[str, Any], status: str, resolved: bool | None) -> None:
+        self.metrics.ended(status, resolved, time.time() - float(run.get("created") or time.time()))
+
     def _work(self, run_id: str) -> None:
         run = self.store.get(run_id)
         if run is None or run["status"] not in ("queued", "running"):
@@ -321,6 +333,7 @@ class RunManager:
             message = f"{type(exc).__name__}: {exc}"[:2000]
             self.emit(run_id, {"type": "error", "message": message})
             self.set_status(run_id, "failed", error=message, answer=None)
+            self._ended(run, "failed", None)
             return
         finally:
             if diagnoser is not None:
@@ -332,6 +345,7 @@ class RunManager:
         self.emit(run_id, {"type": "done", "resolved": report.resolved, "pipeline": report.pipeline,
                            "root_causes": [c.label for c in report.root_causes]})
         self.set_status(run_id, "done", answer=None)
+        self._ended(run, "done", report.resolved)
 
     @staticmethod
     def _drive(diagnoser: Diagnoser, run_id: str, run: dict[str, Any]) -> Report:

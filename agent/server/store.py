@@ -80,6 +80,14 @@ class RunStore:
             rows = self._conn.execute(f"SELECT * FROM runs WHERE status IN {ACTIVE} ORDER BY created").fetchall()
         return [_run(row) for row in rows]
 
+    def counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Runs by status, and the waiting ones by what they wait for (approval, feedback)."""
+        with self._lock:
+            statuses = self._conn.execute("SELECT status, COUNT(*) FROM runs GROUP BY status").fetchall()
+            waiting = self._conn.execute("SELECT json_extract(pending, '$.kind'), COUNT(*) FROM runs "
+                                         "WHERE status = 'waiting' GROUP BY 1").fetchall()
+        return {row[0]: int(row[1]) for row in statuses}, {str(row[0]): int(row[1]) for row in waiting}
+
     def update(self, run_id: str, **fields: Any) -> None:
         """Set columns (dicts are stored as JSON); `updated` is always refreshed."""
         fields["updated"] = time.time()
