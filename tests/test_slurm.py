@@ -100,6 +100,12 @@ def test_job_spec_errors_are_clear(slurm: SlurmCluster, tmp_path: Path, monkeypa
     for spec, message in cases.items():
         with pytest.raises(HostSpecError, match=message):
             executors_for([spec])
+    running = slurm.submit()
+    node = slurm.wait_running(running)
+    with monkeypatch.context() as patch:  # Slurm always fills NodeAddr (it defaults to the name); a broken one:
+        patch.setattr("agent.slurm.jobs.show_nodes", lambda expression: [SlurmNode(node, address="")])
+        with pytest.raises(HostSpecError, match=f"Slurm node {node} .* has no address"):
+            executors_for([f"slurm:{running}"])
     monkeypatch.setenv("PATH", str(tmp_path))  # no scontrol here
     with pytest.raises(HostSpecError, match="scontrol not found on PATH"):
         executors_for([f"slurm:{held}"])

@@ -26,15 +26,15 @@ class HostSpecError(ValueError):
 
 @dataclass
 class SshOptions:
-    """Defaults for every ssh:// host; a spec's query parameters override them."""
+    """Defaults for every ssh:// host and Slurm node; a spec's query parameters override them."""
 
     key_file: str | None = None
-    user: str | None = None  # when the spec names none (a Slurm job's nodes); None: the local user
-    port: int = 22  # for a Slurm job's nodes (an ssh:// spec names its own)
     known_hosts: str | None = None
     trust_new_host_keys: bool = False
     remote_env: str | None = None
     connect_timeout: float = 10.0
+    user: str | None = None  # when the spec names none (a Slurm job's nodes); None: the local user
+    port: int = 22  # for a Slurm job's nodes (an ssh:// spec names its own)
 
 
 def parse_ssh(spec: str, options: SshOptions | None = None) -> SshTarget:

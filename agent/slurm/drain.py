@@ -183,7 +183,7 @@ def _act(node: SlurmNode, settings: dict[str, str], question: str, record: dict[
                   "approved": approved, "by": record["by"], "via": via, "reason": record["reason"],
                   "forced": record["forced"]})
     if not approved:
-        return Outcome(f"not approved ({via}): {node.name} is unchanged", refused=True, state=node.state,
+        return Outcome(f"not approved, {node.name} is unchanged: {via}", refused=True, state=node.state,
                        breakers=checks)
     try:
         scontrol.update_node(node.name, **settings)
