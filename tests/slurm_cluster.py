@@ -1,9 +1,9 @@
 """A real Slurm cluster on 127.0.0.1 for the tests: Debian's munged, slurmctld and one slurmd per node (`slurmd -N`,
 each on its own port), all with their sockets, ports, state and logs in a temp dir; nothing under /etc is used.
 
-Each node has four GPUs in Slurm's GRES accounting (gres.conf points at empty files: Slurm's own test suite does
-the same), so `scontrol show job -d` reports the GPU indices a job holds, as on a GPU cluster. slurmd runs as
-root (it starts jobs as their users); the tests run as root.
+Each node has four GPUs in Slurm's GRES accounting (gres.conf points at empty files: Slurm only counts the devices
+and hands out their indices), so `scontrol show job -d` reports the GPU indices a job holds, as on a GPU cluster.
+slurmd runs as root (it starts jobs as their users); the tests run as root.
 """
 
 from __future__ import annotations
