@@ -7,7 +7,8 @@ DEV_INCIDENTS ?= ../shared/eval/dev_incidents.jsonl
 BENCH_OUT ?= eval/results/diagnosis
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: install test-services sshd chromium postgres prometheus test test-llm lint demo bench eval clean bench-diagnosis bench-l4 bench-reveal \
+.PHONY: install test-services sshd chromium postgres prometheus slurm test test-llm lint demo bench eval clean bench-diagnosis \
+	bench-l4 bench-reveal \
 	bench-kaiops bench-history bench-server bench-hosts
 
 $(STAMP): pyproject.toml
@@ -37,10 +38,16 @@ prometheus:
 	@command -v prometheus >/dev/null || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
+# The Slurm tests start munged, slurmctld and four slurmd on 127.0.0.1, all in a temp dir (Debian's slurm-wlm, munge).
+slurm:
+	@{ test -x /usr/sbin/slurmctld && test -x /usr/sbin/slurmd && test -x /usr/sbin/munged && command -v scontrol; } \
+		>/dev/null || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+		--no-install-recommends slurmctld slurmd slurm-client munge >/dev/null; }
+
 install: $(STAMP)
 
 # Real servers the tests start on loopback (Debian packages, installed when missing).
-test-services: sshd chromium postgres prometheus
+test-services: sshd chromium postgres prometheus slurm
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

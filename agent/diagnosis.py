@@ -35,6 +35,7 @@ from agent.reasoning.offline import OfflineReasoner
 from agent.reasoning.prompts import PROMPT_VERSION
 from agent.redact import Redactor
 from agent.report import Report, build_report
+from agent.slurm.jobs import jobs_of
 from agent.taxonomy import Taxonomy, load_taxonomy
 from agent.textinput import save_files
 
@@ -148,6 +149,9 @@ class Diagnoser:
         run_id = run_id or new_run_id()
         if not incident.hosts:  # what preflight and the ticket see: the hosts the checks run on
             incident = incident.model_copy(update={"hosts": list(self.options.hosts)})
+        jobs = jobs_of(self.runner.executors.values())
+        if jobs and not incident.slurm_jobs:  # which job ran on which node and GPU, for the report and ticket
+            incident = incident.model_copy(update={"slurm_jobs": jobs})
         self._open(run_id, incident)  # first: a run id that cannot name files is refused before anything is saved
         # a large log's whole file (agent/textinput.py), saved next to the run: the report lists it as attachments
         incident = save_files(incident, runs_dir(self.options) / f"{run_id}.attachments")
@@ -157,7 +161,8 @@ class Diagnoser:
                      "approval": self.options.approval, "reasoner": getattr(self.reasoner, "name", "offline"),
                      "model": self.options.model if self.options.llm != "offline" else None,
                      "prompt_version": PROMPT_VERSION, "limits": self.tools.limits.as_dict(),
-                     "redact_llm": self.options.redact_llm})
+                     "redact_llm": self.options.redact_llm}
+                    | ({"slurm_jobs": [job.line() for job in incident.slurm_jobs]} if incident.slurm_jobs else {}))
         return self._drive(initial_state(incident), run_id, answer)
 
     def resume(self, run_id: str, answer: Answer | None = None) -> Report:
@@ -269,9 +274,11 @@ def run_ticket(report: Report, options: DiagnoseOptions) -> dict[str, Any]:
 
 
 def ssh_users(specs: list[str]) -> list[str]:
-    from urllib.parse import urlsplit
+    """The login names the host specs carry (ssh://USER@..., slurm:JOBID?user=USER): redacted like host names."""
+    from urllib.parse import parse_qs, urlsplit
 
-    return [u for s in specs if s.startswith("ssh://") and (u := urlsplit(s).username)]
+    users = [u for s in specs if s.startswith("ssh://") and (u := urlsplit(s).username)]
+    return users + [u[-1] for s in specs if s.startswith("slurm:") and (u := parse_qs(s.partition("?")[2]).get("user"))]
 
 
 def new_run_id() -> str:

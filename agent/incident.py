@@ -6,6 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel, Field, PrivateAttr, field_validator
 
+from agent.slurm.jobs import SlurmJob
+
 # the incident text's hard limit; a log over agent/textinput.py's (smaller) limit is excerpted before it gets here
 MAX_TEXT_BYTES = 8 * 1024 * 1024
 
@@ -29,6 +31,8 @@ class Incident(BaseModel):
     text: str
     environment: str = ""
     hosts: list[str] = Field(default_factory=list)  # host specs to run checks on (local, ssh://..., sim:DIR)
+    # the Slurm jobs the hosts came from (`slurm:JOBID`): their nodes and the GPUs they held, as resolved at the start
+    slurm_jobs: list[SlurmJob] = Field(default_factory=list)
     attachments: dict[str, str] = Field(default_factory=dict)  # kind -> path (logs dir, metrics CSV, host list)
     # when it happened (a ticket's open time will do): the checks judge events against it; None = now
     at: datetime | None = None

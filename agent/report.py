@@ -12,6 +12,7 @@ from agent.incident import Attachment
 from agent.inventory import DriverGpu, Expectations, HostInventory
 from agent.models import CheckResult, Finding, ToolResult
 from agent.reasoning.base import ExplorationHypothesis, LeafJudgement, PastIncident, Usage
+from agent.slurm.jobs import SlurmJob, drain_command, job_note
 from agent.taxonomy import Taxonomy
 
 
@@ -29,6 +30,9 @@ class RootCause(BaseModel):
     # what the vendor recommends for the confirming findings ("drain the node, then reset GPU3 on node-1"), as the
     # checks' catalogues say it (NVIDIA's Xid catalogue for xid_scan)
     actions: list[str] = Field(default_factory=list)
+    # the copy-paste `aidai drain NODE --reason ...` for each Slurm node (`--host slurm:JOBID`) an action drains;
+    # only suggested: draining is the operator's decision
+    drain: list[str] = Field(default_factory=list)
 
 
 class PathStep(BaseModel):
@@ -67,6 +71,7 @@ class Report(BaseModel):
     stopped: dict[str, str] = Field(default_factory=dict)  # {limit, message} when a limit ended the investigation
     spent: dict[str, Any] = Field(default_factory=dict)  # checks, wall_s, tokens, steps used (agent/limits.py)
     attachments: list[Attachment] = Field(default_factory=list)  # whole logs behind an excerpted incident text
+    slurm_jobs: list[SlurmJob] = Field(default_factory=list)  # the jobs whose nodes were checked, with their GPUs
 
     def contract(self) -> dict[str, Any]:
         """The `--json` output: DESIGN.md's report contract first, the details after it."""
@@ -116,10 +121,11 @@ def _finding(entry: str, results: list[CheckResult]) -> tuple[CheckResult, Findi
     return None
 
 
-def _locate(judgement: LeafJudgement, results: list[CheckResult],
-            inventories: dict[str, HostInventory]) -> tuple[list[str], list[str]]:
+def _locate(judgement: LeafJudgement, results: list[CheckResult], inventories: dict[str, HostInventory],
+            jobs: list[SlurmJob]) -> tuple[list[str], list[str]]:
     """Where the cause is (host, then GPU index with PCI bus id, UUID and serial from the host's inventory, or the
-    NIC / unit the finding names) and the raw lines behind it."""
+    NIC / unit the finding names; on a Slurm job's node, whether the job held that GPU) and the raw lines behind
+    it."""
     where: list[str] = []
     raw: list[str] = []
     for entry in judgement.evidence.matched:
@@ -132,11 +138,13 @@ def _locate(judgement: LeafJudgement, results: list[CheckResult],
         place = host if result.host in (host, "") else f"{host} ({result.host})"
         entity = finding.entity if finding.entity and finding.entity != result.host else ""
         gpu = _gpu(entity, inventory)
+        index = gpu.index if gpu is not None else _gpu_index(entity)
         if gpu is not None:
             ids = ", ".join(part for part in (f"PCI {gpu.bus_id}" if gpu.bus_id else "",
                                               gpu.uuid, f"serial {gpu.serial}" if gpu.serial else "") if part)
             entity = f"GPU {gpu.index}" + (f" ({ids})" if ids else "")
-        where.append(f"{place}: {entity}" if entity else place)
+        note = job_note(jobs, result.host, index)
+        where.append((f"{place}: {entity}" if entity else place) + (f", {note}" if note else ""))
         if finding.raw_line:
             raw.append(f"{result.host}: {finding.raw_line.strip()}"[:400])
     return list(dict.fromkeys(where)), list(dict.fromkeys(raw))[:10]
@@ -151,6 +159,21 @@ def _actions(judgement: LeafJudgement, results: list[CheckResult]) -> list[str]:
     return list(dict.fromkeys(actions))
 
 
+def _drain(judgement: LeafJudgement, results: list[CheckResult], jobs: list[SlurmJob], run_id: str) -> list[str]:
+    nodes = {node.node for job in jobs for node in job.nodes}
+    commands = []
+    for entry in judgement.evidence.matched:
+        found = _finding(entry, results)
+        if found and found[0].host in nodes and "drain" in found[1].action.lower():
+            commands.append(drain_command(found[0].host, f"{judgement.label} (run {run_id})", run_id))
+    return list(dict.fromkeys(commands))
+
+
+def _gpu_index(entity: str) -> int | None:
+    match = GPU_ENTITY.match(entity.strip())
+    return int(match.group(1)) if match else None
+
+
 def _gpu(entity: str, inventory: HostInventory | None) -> DriverGpu | None:
     match = GPU_ENTITY.match(entity.strip())
     if not match or inventory is None:
@@ -159,12 +182,13 @@ def _gpu(entity: str, inventory: HostInventory | None) -> DriverGpu | None:
 
 
 def _cause(judgement: LeafJudgement, taxonomy: Taxonomy, results: list[CheckResult],
-           inventories: dict[str, HostInventory], link: str) -> RootCause:
+           inventories: dict[str, HostInventory], link: str, jobs: list[SlurmJob], run_id: str) -> RootCause:
     node = taxonomy.node(judgement.label)
-    where, raw = _locate(judgement, results, inventories)
+    where, raw = _locate(judgement, results, inventories, jobs)
     return RootCause(label=judgement.label, confidence=judgement.confidence,
                      evidence=_evidence_lines(judgement, results), why=judgement.why, severity=node.severity,
-                     runbook=node.runbook, where=where, lines=raw, link=link, actions=_actions(judgement, results))
+                     runbook=node.runbook, where=where, lines=raw, link=link, actions=_actions(judgement, results),
+                     drain=_drain(judgement, results, jobs, run_id))
 
 
 def build_report(run_id: str, state: dict[str, Any], taxonomy: Taxonomy, *, usage: Usage | None = None,
@@ -176,14 +200,15 @@ def build_report(run_id: str, state: dict[str, Any], taxonomy: Taxonomy, *, usag
     inventories = {host: HostInventory.model_validate(saved["inventory"])
                    for host, saved in state.get("inventory", {}).items()}
     links = conclusion.get("links") or {}
+    incident = state.get("incident") or {}
+    jobs = [SlurmJob.model_validate(job) for job in incident.get("slurm_jobs") or []]
 
     def causes_of(key: str) -> list[RootCause]:
-        return [_cause(LeafJudgement.model_validate(j), taxonomy, results, inventories, links.get(j["label"], ""))
-                for j in conclusion.get(key, [])]
+        return [_cause(LeafJudgement.model_validate(j), taxonomy, results, inventories, links.get(j["label"], ""),
+                       jobs, run_id) for j in conclusion.get(key, [])]
 
     causes = causes_of("root_causes")
     summary = state.get("summary") or {}
-    incident = state.get("incident") or {}
     hosts = sorted({r.host for r in results} | set(state.get("inventory", {})))
     usage = usage or Usage()
     return Report(
@@ -203,4 +228,4 @@ def build_report(run_id: str, state: dict[str, Any], taxonomy: Taxonomy, *, usag
         stopped=dict(conclusion.get("stopped") or {}),
         spent=dict(state.get("spent") or {}),
         attachments=attachments if attachments is not None
-        else [Attachment.model_validate(f) for f in incident.get("files") or []])
+        else [Attachment.model_validate(f) for f in incident.get("files") or []], slurm_jobs=jobs)

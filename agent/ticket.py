@@ -18,6 +18,7 @@ from agent.inventory import Expectations
 from agent.reasoning.text_signals import clip_words
 from agent.redact import Redactor
 from agent.report import Report, acting_party
+from agent.slurm.jobs import SlurmJob
 
 MAX_FINDINGS = 5
 
@@ -37,6 +38,8 @@ def ticket_data(report: Report, hostnames: list[str] | None = None, redactor: Re
         "incident": report.incident,
         "environment": report.environment,
         "hosts": report.hosts,
+        # the Slurm jobs the hosts came from: which job held which node and GPU
+        "slurm_jobs": [job.model_dump(mode="json") for job in report.slurm_jobs],
         # what each host is and what it was judged by; the hosts nothing could be checked on, and why
         "host_inventory": [e.model_dump(mode="json", exclude={"values"}) for e in report.inventory],
         "root_causes": [c.model_dump(mode="json") for c in report.root_causes],
@@ -122,6 +125,7 @@ def render_markdown(data: dict[str, Any], channel: str = "cli") -> str:
             f"- **Hosts checked:** {', '.join(checked) or 'none'}"
             + (f" (could not check: {', '.join(sorted(unchecked))})" if unchecked else "")]
     out += [f"- {_md_escape(Expectations.model_validate(host).line())}" for host in inventory]
+    out += [f"- {_md_escape(SlurmJob.model_validate(job).line())}" for job in data.get("slurm_jobs") or []]
     out.append("")
     if data.get("also_found"):
         out += ["## Also found on the hosts (not the cause of this incident)", ""]
@@ -156,6 +160,7 @@ def _causes(data: dict[str, Any]) -> list[str]:
         out += [f"   - action: {action}" for action in actions]
         if not actions and cause.get("runbook"):
             out.append(f"   - action: {clip_words(cause['runbook'], 300)}")
+        out += [f"   - drain it in Slurm (asks for approval): `{command}`" for command in cause.get("drain", [])]
         out += [f"   - line: `{line}`" for line in cause.get("lines", [])[:4]]
         out += [f"   - evidence: `{line}`" for line in cause["evidence"][:4]]
         if cause["why"] and cause["why"] not in data["conclusion"]:

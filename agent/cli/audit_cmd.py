@@ -18,7 +18,8 @@ app = typer.Typer(help="The append-only audit log of diagnosis runs.", no_args_i
 
 @app.callback()
 def audit() -> None:
-    """The append-only audit log of diagnosis runs (<data-dir>/runs/<run>.audit.jsonl)."""
+    """The append-only audit log of diagnosis runs (<data-dir>/runs/<run>.audit.jsonl), and of Slurm drains and
+    resumes outside a run (`aidai audit show fleet-actions`)."""
 
 
 def _row(event: dict[str, Any]) -> tuple[str, str, str, str, str]:
@@ -52,6 +53,11 @@ def _row(event: dict[str, Any]) -> tuple[str, str, str, str, str]:
         return (kind, "", ", ".join(event.get("root_causes") or []) or "no root cause",
                 "resolved" if event.get("resolved") else "unresolved",
                 f"pipeline {event.get('pipeline')}" + (f", stopped: {stopped.get('limit')}" if stopped else ""))
+    if kind == "slurm":  # a drain or resume of a Slurm node (agent/slurm/drain.py)
+        detail = event.get("detail") or f"{event.get('state_before', '')} -> {event.get('state_after', '')}"
+        forced = " (forced)" if event.get("forced") else ""
+        return (kind, event.get("by", ""), f"{event.get('action')} {event.get('node')}{forced}: "
+                f"{event.get('reason', '')}", str(event.get("result", "")), detail)
     if kind == "export":
         return (kind, event.get("by", ""), event.get("target", ""), str(event.get("result", "")),
                 event.get("detail", ""))
@@ -66,7 +72,8 @@ def audit_table(run_id: str, events: list[dict[str, Any]]) -> Table:
         table.add_column(name, style=style or None, overflow="fold")
     for event in events:
         kind, who, what, result, detail = _row(event)
-        style = {"FAIL": "red", "refused": "yellow", "not run": "magenta", "approved": "green", "PASS": "green",
+        style = {"FAIL": "red", "refused": "yellow", "failed": "red", "done": "green",
+                 "not run": "magenta", "approved": "green", "PASS": "green",
                  "resolved": "green", "unresolved": "yellow"}.get(result, "")
         table.add_row(str(event.get("seq", "")), str(event.get("ts", ""))[:23].replace("T", " "), escape(kind),
                       escape(str(who)), escape(str(what)),

@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "preflight": ("preflight_cmd", "preflight", "command"),
     "prometheus": ("prometheus_cmd", "prometheus", "command"),
     "serve": ("serve_cmd", "serve", "command"),
+    "drain": ("slurm_cmd", "drain", "command"),
+    "resume": ("slurm_cmd", "resume", "command"),
     "checks": ("checks_cmd", "app", "group"),
     "kb": ("kb_cmd", "app", "group"),
     "sim": ("sim_cmd", "app", "group"),

@@ -480,6 +480,7 @@ def report_panel(report: Report, *, resume_hint: str = "", approve_hint: str = C
         rows += [("evidence", escape(line)) for line in cause.evidence] or [("why", escape(cause.why))]
         rows += [("line", escape(_clip(line, 300))) for line in cause.lines[:3]]
         rows += [("action", escape(action)) for action in cause.actions]
+        rows += [("drain", escape(command)) for command in cause.drain]
         if cause.runbook:
             rows.append(("fix", escape(_clip(cause.runbook, 400))))
         parts.append(_grid(rows, indent=3))
@@ -501,6 +502,7 @@ def report_panel(report: Report, *, resume_hint: str = "", approve_hint: str = C
                       if r.verdict.value == "UNKNOWN" and "approval" in f"{r.reason} {r.summary}"})
     fallbacks = f", {report.llm_fallbacks} fallback(s)" if report.llm_fallbacks else ""
     rows = [("hosts", escape("; ".join(e.line() for e in report.inventory))),
+            *(("slurm", escape(job.line())) for job in report.slurm_jobs),
             ("path", escape(compact_path(report))),
             ("checks", f"{report.checks_run} run, {report.check_seconds:.1f} s of check time; "
                        f"wall {report.wall_s:.1f} s"),

@@ -1,4 +1,5 @@
-"""Host specs as users type them: `local`, `ssh://user@host[:port][?key=..&known_hosts=..&env=..]`, `sim:DIR`."""
+"""Host specs as users type them: `local`, `ssh://user@host[:port][?key=..&known_hosts=..&env=..]`, `sim:DIR`,
+`slurm:JOBID[?user=..&port=..&key=..&known_hosts=..&env=..]` (each node of a Slurm job, over SSH)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from agent.executors.sim import sim_executors
 if TYPE_CHECKING:
     from agent.executors.ssh import SshTarget
 
-SPEC_HELP = "local | ssh://user@host[:port] | sim:DIR"
+SPEC_HELP = "local | ssh://user@host[:port] | slurm:JOBID | sim:DIR"
+SSH_QUERY = ("key", "known_hosts", "env")
+SLURM_QUERY = ("user", "port", *SSH_QUERY)
 
 
 class HostSpecError(ValueError):
@@ -23,13 +26,15 @@ class HostSpecError(ValueError):
 
 @dataclass
 class SshOptions:
-    """Defaults for every ssh:// host; a spec's query parameters override them."""
+    """Defaults for every ssh:// host and Slurm node; a spec's query parameters override them."""
 
     key_file: str | None = None
     known_hosts: str | None = None
     trust_new_host_keys: bool = False
     remote_env: str | None = None
     connect_timeout: float = 10.0
+    user: str | None = None  # when the spec names none (a Slurm job's nodes); None: the local user
+    port: int = 22  # for a Slurm job's nodes (an ssh:// spec names its own)
 
 
 def parse_ssh(spec: str, options: SshOptions | None = None) -> SshTarget:
@@ -39,20 +44,56 @@ def parse_ssh(spec: str, options: SshOptions | None = None) -> SshTarget:
     parts = urlsplit(spec)
     if parts.scheme != "ssh" or not parts.hostname:
         raise HostSpecError(f"bad ssh host {spec!r}; expected ssh://user@host[:port]")
-    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    unknown = set(query) - {"key", "known_hosts", "env"}
-    if unknown:
-        raise HostSpecError(f"{spec}: unknown option(s) {', '.join(sorted(unknown))}; valid: key, known_hosts, env")
+    query = _query(spec, parts.query, SSH_QUERY)
     try:
         port = parts.port or 22
     except ValueError:
         raise HostSpecError(f"{spec}: bad port") from None
-    return SshTarget(user=parts.username, host=parts.hostname, port=port,
+    return SshTarget(user=parts.username or options.user, host=parts.hostname, port=port,
                      key_file=query.get("key", options.key_file),
                      known_hosts=query.get("known_hosts", options.known_hosts),
                      trust_new_host_keys=options.trust_new_host_keys,
                      remote_env=query.get("env", options.remote_env),
                      connect_timeout=options.connect_timeout)
+
+
+def _query(spec: str, query: str, valid: tuple[str, ...]) -> dict[str, str]:
+    found = {k: v[-1] for k, v in parse_qs(query).items()}
+    unknown = set(found) - set(valid)
+    if unknown:
+        raise HostSpecError(f"{spec}: unknown option(s) {', '.join(sorted(unknown))}; valid: {', '.join(valid)}")
+    return found
+
+
+def slurm_executors(spec: str, options: SshOptions | None = None) -> list[Executor]:
+    """One SSH executor per node of the job (`scontrol`): NodeAddr is where it connects, the Slurm node name is
+    how the host is named; the job (nodes, GPU indices) rides along as `executor.slurm_job`."""
+    from agent.executors.ssh import SshExecutor, SshTarget
+    from agent.slurm.jobs import resolve_job
+    from agent.slurm.scontrol import SlurmError
+
+    options = options or SshOptions()
+    job_id, _, raw_query = spec.removeprefix("slurm:").partition("?")
+    query = _query(spec, raw_query, SLURM_QUERY)
+    port = query.get("port", str(options.port))
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise HostSpecError(f"{spec}: bad port {port!r}")
+    try:
+        job = resolve_job(job_id)
+    except SlurmError as exc:
+        raise HostSpecError(f"{spec}: {exc}") from None
+    executors: list[Executor] = []
+    for node in job.nodes:
+        executor = SshExecutor(SshTarget(user=query.get("user", options.user), host=node.address, port=int(port),
+                                         key_file=query.get("key", options.key_file),
+                                         known_hosts=query.get("known_hosts", options.known_hosts),
+                                         trust_new_host_keys=options.trust_new_host_keys,
+                                         remote_env=query.get("env", options.remote_env),
+                                         connect_timeout=options.connect_timeout))
+        executor.name = node.node
+        executor.slurm_job = job
+        executors.append(executor)
+    return executors
 
 
 def executors_for(specs: list[str], ssh: SshOptions | None = None) -> list[Executor]:
@@ -65,6 +106,8 @@ def executors_for(specs: list[str], ssh: SshOptions | None = None) -> list[Execu
             from agent.executors.ssh import SshExecutor
 
             executors.append(SshExecutor(parse_ssh(spec, ssh)))
+        elif spec.startswith("slurm:"):
+            executors.extend(slurm_executors(spec, ssh))
         elif spec.startswith("sim:"):
             try:
                 executors.extend(sim_executors(Path(spec[4:])))

@@ -10,12 +10,15 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import paramiko
 
 from agent.checks.manifest import LIB_SCRIPTS
 from agent.executors.base import Executor, ScriptRun
+
+if TYPE_CHECKING:
+    from agent.slurm.jobs import SlurmJob
 
 
 @dataclass
@@ -40,6 +43,7 @@ class SshExecutor(Executor):
     def __init__(self, target: SshTarget):
         self.target = target
         self.name = target.name
+        self.slurm_job: SlurmJob | None = None  # the job whose node this is (`--host slurm:JOBID`)
         self._client: paramiko.SSHClient | None = None
         self._remote_dir: str | None = None
         self._uploaded: set[str] = set()
