@@ -158,6 +158,8 @@ def test_stdio_checks_diagnosis_ticket_searches_and_resources(data: Path, tiny_k
             assert out["run"]["result"]["root_causes"][0]["label"] == ECC
             again = await tool(client, "get_run", run_id=run_id, max_events=500)  # a replay from 0 is the same
             assert [e["seq"] for e in again["events"]] == [e["seq"] for e in events]
+            assert "waits for no answer" in await refused(client, "answer", run_id=run_id, text="more")
+            assert "no run" in await refused(client, "get_run", run_id="nope")
             assert await tool(client, "get_run", run_id=run_id, after=out["cursor"]) | {"run": None} == {
                 "run": None, "events": [], "cursor": out["cursor"], "more": False, "finished": True,
                 "waiting_for": None}
@@ -299,6 +301,7 @@ def test_http_tokens_roles_and_operator_approval(data: Path, tiny_kb: Path, ecc:
                 assert asked["kind"] == "approval" and asked["node"] == ECC
                 assert all({"id", "suggested", "why"} <= set(c) for c in asked["checks"])
                 check_ids = {c["id"] for c in asked["checks"]}
+                assert "exists once it is done" in await refused(viewer, "get_ticket", run_id=run_id)
                 assert "is a viewer" in await refused(viewer, "approve", run_id=run_id,
                                                       checks=dict.fromkeys(check_ids, True))
                 assert "were not asked for" in await refused(operator, "approve", run_id=run_id,
@@ -331,3 +334,34 @@ def test_bad_setups_are_refused_with_exit_2(tmp_path: Path) -> None:
     bad_target = run("--target", "sim:/nonexistent/dir")
     assert bad_target.returncode == 2 and "error:" in bad_target.stderr
 
+
+
+def test_one_answer_wins_across_two_stores_on_one_file(tmp_path: Path) -> None:
+    """`aidai serve` and `aidai mcp` on one data dir are two processes with their own connection to server.sqlite:
+    answers racing from both to the same question still have exactly one winner."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from agent.server.store import RunConflict
+
+    path = tmp_path / "server.sqlite"
+    stores = [RunStore(path), RunStore(path)]
+    try:
+        for round_ in range(20):
+            run_id = f"r{round_}"
+            stores[0].create(run_id, title="t", hosts=["local"], created_by="x", options={}, incident={})
+            stores[0].update(run_id, status="waiting", pending={"kind": "approval", "checks": []})
+
+            def take(index: int, run_id: str = run_id) -> bool:
+                try:
+                    stores[index % 2].take_answer(run_id, "approval", {"by": index})
+                except RunConflict:
+                    return False
+                return True
+
+            with ThreadPoolExecutor(max_workers=8) as pool:
+                won = list(pool.map(take, range(8)))
+            assert sum(won) == 1, won
+            assert stores[1].get(run_id)["status"] == "queued"  # type: ignore[index]
+    finally:
+        for store in stores:
+            store.close()
