@@ -33,7 +33,7 @@ from agent.paths import KNOWLEDGE_DIR
 from agent.server.app import server_dir
 from agent.server.config import ServerConfig
 from agent.server.store import RunStore
-from agent.sim.scenario import scenario_from_record
+from agent.sim.scenario import create_scenario, scenario_from_record
 
 EXAMPLES = KNOWLEDGE_DIR / "examples" / "demo_incidents.jsonl"
 ECC = "GPU.MEMORY.UNCORRECTABLE_ECC"
@@ -365,3 +365,29 @@ def test_one_answer_wins_across_two_stores_on_one_file(tmp_path: Path) -> None:
     finally:
         for store in stores:
             store.close()
+
+
+def test_stdio_viewer_answers_the_question_of_a_run_without_a_root_cause(data: Path, tiny_kb: Path,
+                                                                          tmp_path: Path) -> None:
+    """A slow GPU gives only weak evidence: the run asks what else is seen, a viewer answers over stdio, and the
+    answer leads the run to the straggler (the run's `feedback` question, as the page asks it)."""
+    spec = f"sim:{create_scenario(tmp_path / 'slow', [{'fault': 'gpu.slow', 'gpu': 3}], []).root}"
+
+    async def main() -> None:
+        async with stdio(data, tiny_kb, spec, extra=("--role", "viewer", "--name", "vic", "--no-history")) as client:
+            assert (await tool(client, "server_info"))["caller"] == {"name": "vic", "role": "viewer"}
+            started = await tool(client, "start_diagnosis", incident="our job stopped, no idea why, the log is empty",
+                                 hosts=[spec], feedback_rounds=1)
+            out, _ = await follow(client, started["id"], until=lambda out: out["waiting_for"] == "feedback")
+            pending = out["run"]["pending"]
+            assert pending["kind"] == "feedback" and pending["question"] and pending["hypotheses"]
+            assert "is a viewer" in await refused(client, "approve", run_id=started["id"], checks={})
+            answered = await tool(client, "answer", run_id=started["id"],
+                                  text="every step waits on GPU 3: it is a straggler, 20% slower than the other GPUs")
+            assert answered == {"id": started["id"], "status": "queued"}
+            out, events = await follow(client, started["id"], after=out["cursor"])
+            assert [(e["kind"], e["by"]) for e in events if e["type"] == "answered"] == [("feedback", "vic")]
+            assert out["run"]["result"]["resolved"] is True
+            assert out["run"]["result"]["root_causes"][0]["label"] == "GPU.PERFORMANCE.SLOW_GPU_STRAGGLER"
+
+    asyncio.run(main())

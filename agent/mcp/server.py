@@ -40,11 +40,11 @@ with a root cause and a redacted escalation ticket.
 
 Typical use: `server_info` (which hosts you may name, your role), then `start_diagnosis` with the incident text
 and the error lines, then `get_run` with `after` = the last cursor and `wait_s` ~ 30 until `finished` is true,
-answering when `waiting_for` is set (`approve` for an approval, an operator only; `answer` for a question), and
-finally `get_ticket`. `run_checks` runs single checks without a diagnosis; `search_incidents` and
-`search_taxonomy` look up past incidents and fault classes. Only the hosts the server was started with can be
-checked; active checks (GPU/network load tests) run only on a server started with --allow-active, approved by an
-operator."""
+answering when `waiting_for` is set (`approval`: an operator decides with `approve`; `feedback`: the run asks a
+question, reply with `answer`), and finally `get_ticket`. `run_checks` runs single checks without a diagnosis;
+`search_incidents` and `search_taxonomy` look up past incidents and fault classes. Only the hosts the server was
+started with can be checked; active checks (GPU/network load tests) run only on a server started with
+--allow-active, approved by an operator."""
 
 T = TypeVar("T")
 
@@ -84,8 +84,8 @@ def build_server(service: RunService, identity: Identity, settings: McpSettings,
         caller = who()
         return {"caller": {"name": caller.name, "role": caller.role}, "hosts": list(config.targets),
                 "allow_active": settings.allow_active, "llm": ["offline"] + (["openai"] if config.model else []),
-                "roles": {"viewer": "read runs and tickets, start diagnoses (active checks never run), answer "
-                                    "questions, run passive checks",
+                "roles": {"viewer": "read runs and tickets, start diagnoses (their active checks wait for an "
+                                    "operator's approval), answer questions, run passive checks",
                           "operator": "also approves active checks (when the server allows them)"}}
 
     @mcp.tool(annotations=read_only)
@@ -155,7 +155,8 @@ def build_server(service: RunService, identity: Identity, settings: McpSettings,
             request = RunRequest(incident=incident, hosts=hosts, environment=environment, approval=policy,
                                  feedback_rounds=feedback_rounds, llm=llm)
         except ValidationError as exc:
-            raise ToolError(f"invalid request: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}") from None
+            first = exc.errors()[0]
+            raise ToolError(f"invalid request: {'.'.join(map(str, first['loc'])) or 'body'}: {first['msg']}") from None
         new = NewRun(request=request)
         incident_, attachments = await call(service.prepare, new, caller)
         created = await call(service.create, new, incident_, attachments, caller)
@@ -175,9 +176,10 @@ def build_server(service: RunService, identity: Identity, settings: McpSettings,
         """A run's status and its new events since `after`, to follow it step by step: call again with the
         returned `cursor` until `finished` is true (`more` true means further events are already there). Events
         say what the run does: checks started and their results, taxonomy judgements, questions, the
-        conclusion. `run.waiting_for` is `approval` (an operator decides with approve which listed checks may
-        run; each carries the server's advice `suggested`/`why`) or `question` (reply with answer), shown in
-        `run.pending`. Once done, `run.result` holds the root causes and the evidence."""
+        conclusion. `waiting_for` is `approval` (an operator decides with approve which of the checks in
+        `run.pending.checks` may run; each carries the server's advice `suggested`/`why`) or `feedback` (no root
+        cause yet: `run.pending.question` asks what else you see, `run.pending.hypotheses` are suggestions; reply
+        with answer). Once done, `run.result` holds the root causes and the evidence."""
         who()
         deadline = time.monotonic() + min(wait_s, MAX_WAIT_S)
         while True:
@@ -223,13 +225,13 @@ def build_server(service: RunService, identity: Identity, settings: McpSettings,
 
     @mcp.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))
     async def answer(
-        run_id: Annotated[str, Field(description="A run whose waiting_for is `question`.")],
+        run_id: Annotated[str, Field(description="A run whose waiting_for is `feedback`.")],
         text: Annotated[str, Field(max_length=200_000, description="What else you see (new error lines, what "
                                                                    "changed, what was ruled out); empty "
                                                                    "escalates the run as unresolved.")],
     ) -> dict[str, Any]:
-        """Answer the question a run asks when its checks found no root cause (see run.pending.question in
-        get_run); the run searches again with it. Any role may answer."""
+        """Answer the question a run asks when its checks found no root cause (waiting_for `feedback`; the
+        question is run.pending.question in get_run); the run searches again with it. Any role may answer."""
         return await call(service.answer, run_id, text, who())
 
     @mcp.tool(annotations=read_only)
