@@ -16,6 +16,7 @@ from functools import partial
 from typing import Annotated, Any, Literal, TypeVar
 
 import anyio
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 from mcp_types import ToolAnnotations
@@ -55,7 +56,7 @@ class McpSettings:
 
 
 def build_server(service: RunService, identity: Identity, settings: McpSettings, *,
-                 tokens: ServeTokens | None = None, auth: Any = None) -> MCPServer:
+                 tokens: ServeTokens | None = None, auth: AuthSettings | None = None) -> MCPServer:
     """The MCPServer with every tool and resource; `tokens`/`auth` (the SDK's AuthSettings) for HTTP only."""
     mcp: MCPServer = MCPServer("aidai", instructions=INSTRUCTIONS, version="0.1.0", token_verifier=tokens, auth=auth,
                                log_level="WARNING")
