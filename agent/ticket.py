@@ -80,7 +80,9 @@ def _md_escape(text: str) -> str:
 APPROVE_HOW = {"cli": "re-run with `--approve-active` (or `--ask` to approve them one step at a time)",
                "chat": "run `aidai chat` again and answer yes when it asks to run them",
                "page": "start the run again from the page and tick them in its approval box",
-               "webhook": "approve them in aidai (the page's approval box, `aidai chat`, or `--approve-active`)"}
+               "webhook": "approve them in aidai (the page's approval box, `aidai chat`, or `--approve-active`)",
+               "mcp": "start the diagnosis again with approval=ask on an `aidai mcp --allow-active` server and have an "
+                      "operator approve them with the `approve` tool"}
 CHANNELS = tuple(APPROVE_HOW)
 TITLE_CHARS = 110
 

@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "serve": ("serve_cmd", "serve", "command"),
     "drain": ("slurm_cmd", "drain", "command"),
     "resume": ("slurm_cmd", "resume", "command"),
+    "mcp": ("mcp_cmd", "mcp", "command"),
     "checks": ("checks_cmd", "app", "group"),
     "kb": ("kb_cmd", "app", "group"),
     "sim": ("sim_cmd", "app", "group"),

@@ -24,13 +24,18 @@ def caller(request: Request, credentials: Annotated[HTTPAuthorizationCredentials
         return LOCAL
     if credentials is None:
         raise _unauthorized("missing bearer token: send `Authorization: Bearer TOKEN`")
-    given = credentials.credentials.encode()
-    found = None
-    for token, who in tokens.items():  # compare with every token in constant time: no early exit on a match
-        if hmac.compare_digest(token.encode(), given):
-            found = who
+    found = match_token(tokens, credentials.credentials)
     if found is None:
         raise _unauthorized("invalid bearer token")
+    return found
+
+
+def match_token(tokens: dict[str, Caller], given: str) -> Caller | None:
+    """Who `given` is, or None; compared with every token in constant time (no early exit on a match)."""
+    found = None
+    for token, who in tokens.items():
+        if hmac.compare_digest(token.encode(), given.encode()):
+            found = who
     return found
 
 

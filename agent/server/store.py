@@ -100,16 +100,23 @@ class RunStore:
         """waiting → queued with the answer saved, atomically: two answers to one question cannot both win, and
         an answer accepted before a crash is still there after it. Returns the pending payload answered."""
         with self._lock:
-            row = self._conn.execute("SELECT status, pending FROM runs WHERE id = ?", (run_id,)).fetchone()
-            if row is None:
-                raise KeyError(run_id)
-            pending = json.loads(row["pending"]) if row["pending"] else None
-            if row["status"] != "waiting" or not pending:
-                raise RunConflict(f"run {run_id} is {row['status']}: it waits for no answer")
-            if pending.get("kind") != kind:
-                raise RunConflict(f"run {run_id} waits for {pending.get('kind')}, not {kind}")
-            self._conn.execute("UPDATE runs SET status = 'queued', answer = ?, pending = NULL, updated = ? "
-                               "WHERE id = ?", (_dumps({"value": answer, "for": pending}), time.time(), run_id))
+            # a write transaction from the read on: `aidai serve` and `aidai mcp` may share this file
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._conn.execute("SELECT status, pending FROM runs WHERE id = ?", (run_id,)).fetchone()
+                if row is None:
+                    raise KeyError(run_id)
+                pending = json.loads(row["pending"]) if row["pending"] else None
+                if row["status"] != "waiting" or not pending:
+                    raise RunConflict(f"run {run_id} is {row['status']}: it waits for no answer")
+                if pending.get("kind") != kind:
+                    raise RunConflict(f"run {run_id} waits for {pending.get('kind')}, not {kind}")
+                self._conn.execute("UPDATE runs SET status = 'queued', answer = ?, pending = NULL, updated = ? "
+                                   "WHERE id = ?", (_dumps({"value": answer, "for": pending}), time.time(), run_id))
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
         return pending
 
     # ---- events -------------------------------------------------------------------------------------------
