@@ -36,11 +36,14 @@ from typing import Any
 # Real refusals, (status, JSON body), as the servers send them (bodies from their issue trackers and, for
 # llama-cpp-python, from its server in `make test-llm`); the key names the server.
 REFUSALS: dict[str, tuple[int, dict[str, Any]]] = {
-    # llama-cpp-python 0.3 (python -m llama_cpp.server): json_schema fails its request validation with a 500
-    "llama-cpp-python": (500, {"error": {"message": "[{'type': 'literal_error', 'loc': ('body', 'response_format', "
-                                                    "'type'), 'msg': \"Input should be 'text' or 'json_object'\", "
-                                                    "'input': 'json_schema', 'ctx': {'expected': \"'text' or "
-                                                    "'json_object'\"}}]", "type": "internal_server_error"}}),
+    # llama-cpp-python 0.3.36 (python -m llama_cpp.server): json_schema fails its request validation with a 500
+    "llama-cpp-python": (500, {"error": {"message": "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', "
+                                                    "'response_format', 'type'), 'msg': \"Input should be 'text' or "
+                                                    "'json_object'\", 'input': 'json_schema', 'ctx': {'expected': "
+                                                    "\"'text' or 'json_object'\"}}\n\n  File \".../llama_cpp/server/"
+                                                    "app.py\", line 376, in create_chat_completion\n    POST "
+                                                    "/v1/chat/completions", "type": "internal_server_error",
+                                         "param": None, "code": None}}),
     # llama.cpp's llama-server before json_schema support (and ik_llama.cpp)
     "llama-server-old": (500, {"error": {"code": 500, "type": "server_error", "message":
                                          'response_format type must be one of "text" or "json_object", but got: '

@@ -57,7 +57,8 @@ def test_probe_reports_each_form_and_the_one_a_diagnosis_would_use(stub: OpenAIS
 
 def test_probe_table_and_a_model_that_answers_badly(stub: OpenAIStub) -> None:
     stub.refuse("json_schema", *REFUSALS["azure-old-api"])
-    stub.responder = lambda request: json.dumps({"choices": [{"label": AREAS[0], "keep": True, "why": "only one"}]})
+    stub.responder = lambda request: json.dumps(  # the right length, one area over and over: outside the offer
+        {"choices": [{"label": AREAS[0], "keep": True, "why": "again"}] * len(AREAS)})
     code, out = probe("--base-url", stub.base_url, "--model", "stub-model", "--form", "json_schema", "--form", "tools")
     assert code == 0, out
     assert "json_schema" in out and "refused" in out and "invalid" in out

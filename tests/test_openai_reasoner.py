@@ -147,6 +147,8 @@ def test_rank_children_valid_answer_is_used_and_schema_offers_exactly_the_childr
     item = stub.schema()["properties"]["choices"]["items"]
     assert item["properties"]["label"]["enum"] == [c.label for c in CHILDREN]
     assert set(item["required"]) == {"label", "keep", "why"}
+    assert stub.schema()["properties"]["choices"]["minItems"] == stub.schema()["properties"]["choices"][
+        "maxItems"] == 3  # every child, so that a grammar cannot stop short
     prompt = stub.prompt()
     assert "fallen off the bus" in prompt and "gpu_pcie@gpu-a17: FAIL" in prompt and "gpu_missing" in prompt
     assert stub.requests[0]["model"] == "stub-model" and stub.requests[0]["temperature"] == 0
@@ -155,8 +157,8 @@ def test_rank_children_valid_answer_is_used_and_schema_offers_exactly_the_childr
 
 @pytest.mark.parametrize(("bad", "only"), [
     (ranking("GPU.BUS", "GPU.MEMORY", "GPU.THERMAL", "GPU.INVENTED"), "json_object"),  # unknown label
-    (ranking("GPU.BUS", "GPU.MEMORY"), None),  # missing child: the schema allows it, the offer does not
-    (ranking("GPU.BUS", "GPU.BUS", "GPU.MEMORY", "GPU.THERMAL"), None),  # duplicate
+    (ranking("GPU.BUS", "GPU.MEMORY"), "json_object"),  # missing child
+    (ranking("GPU.BUS", "GPU.BUS", "GPU.MEMORY"), None),  # duplicate: the schema allows it, the offer does not
     ({"choices": [{"label": "GPU.BUS"}]}, "json_object"),  # wrong shape
 ], ids=["unknown", "missing", "duplicate", "shape"])
 def test_rank_children_invalid_answer_is_retried_then_falls_back(stub: OpenAIStub, bad: dict[str, Any],

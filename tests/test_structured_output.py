@@ -133,7 +133,7 @@ def test_an_answer_outside_an_enforced_schema_means_the_server_ignored_it(stub: 
 def test_model_errors_stay_in_the_form_and_count_as_model_fallbacks(stub: OpenAIStub) -> None:
     stub.refuse("json_schema", *REFUSALS["llama-cpp-python"])
     stub.reply_json(ranking("GPU.BUS", "GPU.BUS", "GPU.MEMORY"))  # inside the schema, outside the offer
-    stub.reply_json(ranking("GPU.BUS"))
+    stub.reply_json(ranking("GPU.THERMAL", "GPU.MEMORY", "GPU.THERMAL"))
     r = reasoner(stub)
     assert [c.why for c in r.rank_children(SUMMARY, PARENT, CHILDREN, [], {})] == ["fallback"] * 3
     assert stub.forms() == ["json_schema", "tools", "tools"]

@@ -210,7 +210,8 @@ class OpenAIReasoner:
                                                      if r.label in protected and not r.keep else ""))
                     for i, r in enumerate(ranked)]
 
-        schema = P.obj(choices=P.arr(P.obj(label=P.enum(labels), keep={"type": "boolean"}, why=P.STR)))
+        schema = P.obj(choices=P.arr(P.obj(label=P.enum(labels), keep={"type": "boolean"}, why=P.STR),
+                                     exactly=len(labels)))
         prior_line = ", ".join(f"{k}={v:.2f}" for k, v in sorted(priors.items(), key=lambda kv: -kv[1])
                                if k in labels)
         sections = [P.summary_block(summary), "Children:\n" + P.nodes_block(children),

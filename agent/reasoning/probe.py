@@ -90,9 +90,9 @@ def probe_form(form: Form, base_url: str, model: str, api_key: str | None, timeo
         row.detail = "ranked " + ", ".join(c.label for c in ranked[:3]) + (" ..." if len(ranked) > 3 else "")
         return row
     cause = next(iter(usage.fallback_causes))
-    last_error = usage.errors[-1].split(": ", 1)[-1] if usage.errors else ""
+    last_error = " ".join(usage.errors[-1].split(": ", 1)[-1].split()) if usage.errors else ""
     if cause == "format":
-        reason = pinned.refusals.get(reasoner.chat.key, {}).get(form, last_error)
+        reason = " ".join(pinned.refusals.get(reasoner.chat.key, {}).get(form, last_error).split())
         row.status, row.detail = ("ignored", reason.removeprefix("ignored: ")) if reason.startswith("ignored") \
             else ("refused", reason)
     elif cause == "model":
