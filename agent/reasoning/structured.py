@@ -196,6 +196,8 @@ def answer_data(form: str, response: ChatCompletion, schema: dict[str, Any]) -> 
         text = function.arguments if function is not None else None
     else:
         text = message.content
+    if isinstance(text, dict):  # a server that sends the arguments as an object, not as JSON text
+        text = json.dumps(text)
     if form != "text" and not truncated and text and text.strip() and "{" not in text:
         raise FormIgnored(f"prose instead of JSON in the {form} form: {text.strip()[:80]!r}")
     data = json_object_in(text)
