@@ -67,6 +67,7 @@ class Report(BaseModel):
     llm_calls: int = 0
     tokens: int = 0
     llm_fallbacks: int = 0
+    llm_fallback_causes: dict[str, int] = Field(default_factory=dict)  # format, model, endpoint, budget
     wall_s: float = 0.0
     stopped: dict[str, str] = Field(default_factory=dict)  # {limit, message} when a limit ended the investigation
     spent: dict[str, Any] = Field(default_factory=dict)  # checks, wall_s, tokens, steps used (agent/limits.py)
@@ -224,7 +225,8 @@ def build_report(run_id: str, state: dict[str, Any], taxonomy: Taxonomy, *, usag
         exploration=[ExplorationHypothesis.model_validate(h) for h in state.get("exploration", [])],
         feedback=list(state.get("feedback", [])), checks_run=len(results),
         check_seconds=round(sum(r.duration_s for r in results), 3), reasoner=reasoner,
-        llm_calls=usage.calls, tokens=usage.tokens, llm_fallbacks=usage.fallbacks, wall_s=round(wall_s, 3),
+        llm_calls=usage.calls, tokens=usage.tokens, llm_fallbacks=usage.fallbacks,
+        llm_fallback_causes=dict(usage.fallback_causes), wall_s=round(wall_s, 3),
         stopped=dict(conclusion.get("stopped") or {}),
         spent=dict(state.get("spent") or {}),
         attachments=attachments if attachments is not None

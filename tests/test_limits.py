@@ -159,7 +159,8 @@ def test_llm_token_limit_stops_calling_the_model(tmp_path: Path) -> None:
     from tests.openai_stub import OpenAIStub
 
     with OpenAIStub() as stub:
-        stub.responder = lambda request: "not json at all"  # every answer fails: the offline reasoner answers
+        # every answer is broken JSON (the model's fault, not the form's): the offline reasoner answers
+        stub.responder = lambda request: "{not json at all"
         from agent.reasoning.openai_reasoner import OpenAIReasoner
 
         model = OpenAIReasoner(OfflineReasoner(TAXONOMY, embed=word_embed), "m", stub.base_url, api_key="x")

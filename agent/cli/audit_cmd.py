@@ -38,8 +38,12 @@ def _row(event: dict[str, Any]) -> tuple[str, str, str, str, str]:
         tokens = (event.get("prompt_tokens") or 0) + (event.get("completion_tokens") or 0)
         result = f"error: {event['error']}" if event.get("error") else f"{tokens} tokens"
         return (kind, event.get("model", ""), event.get("task", ""), result,
-                f"prompt {event.get('prompt_version')}, sha256 {str(event.get('prompt_sha256', ''))[:12]}"
+                f"{event.get('format') or 'json_schema'}, prompt {event.get('prompt_version')}, "
+                f"sha256 {str(event.get('prompt_sha256', ''))[:12]}"
                 f"{', redacted' if event.get('redacted') else ', NOT redacted'}")
+    if kind == "llm_fallback":
+        return (kind, event.get("model", ""), event.get("task", ""), f"answered by {event.get('answered_by')}",
+                f"cause: {event.get('cause')}")
     if kind in ("run", "resume"):
         limits = {k: v for k, v in (event.get("limits") or {}).items() if v is not None}
         detail = ", ".join(f"{k}={v}" for k, v in [("approval", event.get("approval")),

@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "kaiops": ("kaiops_cmd", "app", "group"),
     "history": ("history_cmd", "app", "group"),
     "audit": ("audit_cmd", "app", "group"),
+    "llm": ("llm_cmd", "app", "group"),
 }
 PRELOAD = {"diagnose", "chat"}  # commands whose pipeline 1 queries the knowledge store
 

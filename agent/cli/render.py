@@ -500,7 +500,9 @@ def report_panel(report: Report, *, resume_hint: str = "", approve_hint: str = C
                     parts.append(_grid([("-", escape(_clip(s, 160))) for s in h.steps[:3]], indent=3))
     waiting = sorted({r.check for r in report.results
                       if r.verdict.value == "UNKNOWN" and "approval" in f"{r.reason} {r.summary}"})
-    fallbacks = f", {report.llm_fallbacks} fallback(s)" if report.llm_fallbacks else ""
+    causes = ", ".join(f"{n} {cause}" for cause, n in sorted(report.llm_fallback_causes.items()))
+    fallbacks = (f", {report.llm_fallbacks} fallback(s)" + (f" ({causes})" if causes else "")
+                 if report.llm_fallbacks else "")
     rows = [("hosts", escape("; ".join(e.line() for e in report.inventory))),
             *(("slurm", escape(job.line())) for job in report.slurm_jobs),
             ("path", escape(compact_path(report))),

@@ -96,7 +96,14 @@ class Usage:
     completion_tokens: int = 0
     retries: int = 0
     fallbacks: int = 0  # calls answered by the offline reasoner after the model failed twice
+    # the same fallbacks by cause: format (the endpoint took no structured-output form), model (invalid or
+    # ungrounded answers), endpoint (connection, timeout, HTTP errors), budget (the token budget was spent)
+    fallback_causes: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+
+    def fell_back(self, cause: str) -> None:
+        self.fallbacks += 1
+        self.fallback_causes[cause] = self.fallback_causes.get(cause, 0) + 1
 
     @property
     def tokens(self) -> int:

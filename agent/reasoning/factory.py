@@ -16,6 +16,13 @@ class ReasonerConfigError(ValueError):
     """The reasoner options do not make a usable reasoner; the message says what to pass."""
 
 
+def check_base_url(base_url: str) -> None:
+    parsed = urlparse(base_url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ReasonerConfigError(f"--base-url {base_url!r} is not an http(s) URL "
+                                  "(e.g. http://127.0.0.1:8000/v1 or https://NAME.openai.azure.com/openai/v1)")
+
+
 def make_reasoner(kind: str, base_url: str | None, model: str | None, offline: Reasoner, *,
                   api_key: str | None = None, timeout_s: float = 60) -> Reasoner:
     """`offline` returns `offline` itself; `openai` wraps it as the fallback of an OpenAIReasoner.
@@ -33,10 +40,7 @@ def make_reasoner(kind: str, base_url: str | None, model: str | None, offline: R
         raise ReasonerConfigError("the openai reasoner needs --model (e.g. gpt-4o-mini, or the name a vLLM, SGLang, "
                                   "Ollama or llama.cpp server serves)")
     if base_url:
-        parsed = urlparse(base_url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise ReasonerConfigError(f"--base-url {base_url!r} is not an http(s) URL "
-                                      "(e.g. http://127.0.0.1:8000/v1 or https://NAME.openai.azure.com/openai/v1)")
+        check_base_url(base_url)
     if timeout_s <= 0:
         raise ReasonerConfigError(f"the LLM timeout must be positive, got {timeout_s}")
     from agent.reasoning.openai_reasoner import OpenAIReasoner, api_key_from_env  # openai loads only when used

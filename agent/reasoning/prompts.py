@@ -214,8 +214,12 @@ def obj(**props: Any) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
 
 
-def arr(items: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "array", "items": items}
+def arr(items: dict[str, Any], exactly: int | None = None) -> dict[str, Any]:
+    """An array schema; `exactly` fixes its length (a grammar then cannot stop short of ranking every child)."""
+    out: dict[str, Any] = {"type": "array", "items": items}
+    if exactly is not None:
+        out |= {"minItems": exactly, "maxItems": exactly}
+    return out
 
 
 STR: dict[str, Any] = {"type": "string"}
