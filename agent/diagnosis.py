@@ -136,7 +136,8 @@ class Diagnoser:
             pretriage=pretriage.tools(self.options.pretriage, self.runner, self.options.prometheus),
             emit=emit or (lambda event: None), approval=self.options.approval,
             max_feedback_rounds=self.options.max_feedback_rounds, limits=self.options.limits(),
-            audit=self._audit, operator=self.operator)
+            audit=self._audit, operator=self.operator,
+            reader=self.reasoner if isinstance(self.reasoner, OfflineReasoner) else offline)
         if hasattr(self.reasoner, "token_budget"):
             self.reasoner.token_budget = self.options.max_llm_tokens
         if hasattr(self.reasoner, "on_call"):

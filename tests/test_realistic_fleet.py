@@ -180,10 +180,16 @@ def test_nothing_is_claimed_when_the_named_cause_left_no_evidence() -> None:
     assert ECC in found.links[PORT_DOWN]
 
 
-def test_a_vague_incident_keeps_what_the_checks_confirmed() -> None:
+def test_a_vague_incident_claims_a_confirmed_leaf_only_when_it_reads_like_it() -> None:
     latent = judgement(PORT_DOWN, ["nic_config:port_down@mlx5_7 (FAIL)"])
-    found = attribute(TAXONOMY, summary("the training job stopped overnight"), [latent], [latent])
-    assert [j.label for j in found.primary] == [PORT_DOWN]
+    vague = summary("the training job stopped overnight")
+    # a port found down that nothing ties to the incident is something the hosts carry: reported, not claimed
+    unread = attribute(TAXONOMY, vague, [latent], [latent], {PORT_DOWN: 30})
+    assert unread.primary == [] and [j.label for j in unread.also_found] == [PORT_DOWN]
+    assert "nothing ties it" in unread.links[PORT_DOWN]
+    # among the incident's likeliest causes before any check, the confirmed leaf is its cause
+    read = attribute(TAXONOMY, vague, [latent], [latent], {PORT_DOWN: 2})
+    assert [j.label for j in read.primary] == [PORT_DOWN] and "reads like it" in read.links[PORT_DOWN]
 
 
 def test_an_event_in_the_incident_window_ties_a_cause_to_it() -> None:
@@ -197,26 +203,28 @@ def test_an_event_in_the_incident_window_ties_a_cause_to_it() -> None:
     assert "window" in found.links["OTHER.SCHEDULER.JOB_KILLED_BY_POLICY_TOOL"]
 
 
-def test_several_unrelated_problems_and_no_tie_claim_nothing() -> None:
+def test_unrelated_problems_are_reported_and_what_shares_the_causes_gpu_joins_it() -> None:
     port = judgement(PORT_DOWN, ["nic_config:port_down@mlx5_7 (FAIL)"])
     gpu = judgement(ECC, ["gpu_memory_errors:ecc_uncorrectable@GPU1 (FAIL)"])
     same_gpu = judgement("GPU.HARDWARE.FAULTY_GPU", ["dcgm_diag:diag_gpu_memory@GPU1 (FAIL)"])
     vague = summary("the training job stopped overnight")
-    swept = {PORT_DOWN: -1, ECC: -1, "GPU.HARDWARE.FAULTY_GPU": -1}  # found only by the sweep of every branch
-    assert attribute(TAXONOMY, vague, [port, gpu], [port, gpu], swept).primary == []
-    # one problem seen by two leaves (the same GPU) is still one problem
-    assert {j.label for j in attribute(TAXONOMY, vague, [gpu, same_gpu], [gpu, same_gpu], swept).primary} == {
-        ECC, "GPU.HARDWARE.FAULTY_GPU"}
-    # what the text-guided walk confirmed comes first, in the walk's order; the sweep's finds are reported
-    walked = attribute(TAXONOMY, vague, [gpu, port], [gpu, port], {PORT_DOWN: 7, ECC: -1})
-    assert [j.label for j in walked.primary] == [PORT_DOWN]
-    assert [j.label for j in walked.also_found] == [ECC]
+    far = {PORT_DOWN: 40, ECC: 41, "GPU.HARDWARE.FAULTY_GPU": 42}
+    assert attribute(TAXONOMY, vague, [port, gpu, same_gpu], [port, gpu, same_gpu], far).primary == []
+    # one problem seen by two leaves (the same GPU) is one cause; the port elsewhere is reported
+    found = attribute(TAXONOMY, vague, [port, gpu, same_gpu], [port, gpu, same_gpu], {**far, ECC: 1})
+    assert [j.label for j in found.primary] == [ECC, "GPU.HARDWARE.FAULTY_GPU"]
+    assert [j.label for j in found.also_found] == [PORT_DOWN]
 
 
-def test_walk_order_marks_what_only_the_sweep_found() -> None:
-    from agent.agents.attribution import walk_order
-
-    path = [{"node": "A", "action": "enter"}, {"node": "A", "action": "confirmed"},
-            {"node": "ROOT", "action": "widen"}, {"node": "B", "action": "confirmed"},
-            {"node": "A", "action": "confirmed"}]
-    assert walk_order(path) == {"A": 1, "B": -1}
+def test_a_host_ties_a_cause_only_on_a_job_of_several_hosts() -> None:
+    missing = judgement("GPU.AVAILABILITY.MISSING_GPU", ["gpu_inventory:missing_gpu@gpu-node-3 (FAIL)"])
+    text = "the job on gpu-node-3 died overnight"
+    far = {"GPU.AVAILABILITY.MISSING_GPU": 40}
+    # on a one-host job every finding is on the host the incident names: that ties nothing
+    assert attribute(TAXONOMY, summary(text), [missing], [missing], far, hosts=1).primary == []
+    several = attribute(TAXONOMY, summary(text), [missing], [missing], far, hosts=4)
+    assert [j.label for j in several.primary] == ["GPU.AVAILABILITY.MISSING_GPU"]
+    # a host that pre-triage suspects is the hosts' state, not the incident's words
+    suspected = summary("the job died overnight")
+    suspected.entities.hosts = ["gpu-node-3"]
+    assert attribute(TAXONOMY, suspected, [missing], [missing], far, hosts=4).primary == []

@@ -174,10 +174,15 @@ def body(check):
                 setup.append(i)
                 check.info("probe_" + kind, "GPU%d" % i, "GPU%d: not tested, the CUDA stack cannot run kernels: %s"
                            % (i, line), line)
+            elif kind == "ecc_uncorrectable":
+                # the memory's failure, as the CUDA probe reports it; not a compute fault of the GPU
+                check.fail("ecc_uncorrectable", "GPU%d" % i, "GPU%d: GEMM probe failed: %s" % (i, line), line)
             else:
                 check.fail("gemm_error", "GPU%d" % i, "GPU%d: GEMM probe failed: %s" % (i, line), line)
         elif i not in results and i in started:
             check.fail("gemm_hang", "GPU%d" % i, "GPU%d: GEMM probe did not finish (%s)" % (i, cmd.why()))
+    # the GPU still fails with an ECC error, but the error may be weeks old: dated by its Xid lines
+    checklib_gpu.date_gpu_findings(check, {"ecc_uncorrectable": checklib_gpu.MEMORY_XIDS})
     missing = [i for i in range(count) if i not in results and i not in errors and i not in started]
     if missing and not check.findings:
         check.unknown("probe stopped before GPUs %s (%s)" % (missing, cmd.why()))

@@ -52,6 +52,17 @@ def priors(similar: list[PastIncident], extra: dict[str, float] | None = None) -
     return out
 
 
+def reading(reasoner: Reasoner, taxonomy: Taxonomy, summary: IncidentSummary,
+            similar: list[PastIncident]) -> dict[str, int]:
+    """Every leaf's rank (1 = likeliest) as the incident reads before any check: its lines, its similarity to the
+    leaf, the causes of similar past incidents. No check evidence and no pre-triage (that is the hosts' state, not
+    the incident's words)."""
+    leaves = [node_info(taxonomy, leaf.label) for leaf in taxonomy.leaves()]
+    everything = NodeInfo(label="", description="every root cause of the taxonomy")
+    ranked = reasoner.rank_children(summary, everything, leaves, [], priors(similar))
+    return {choice.label: rank for rank, choice in enumerate(ranked, start=1)}
+
+
 def rank_children(reasoner: Reasoner, taxonomy: Taxonomy, summary: IncidentSummary, label: str,
                   memory: list[Observation], prior: dict[str, float], untested: set[str] | None = None) -> list[Choice]:
     """`untested` (the widened pass): keep every child with a leaf not judged yet, whatever its rank."""

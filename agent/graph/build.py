@@ -29,7 +29,7 @@ from langgraph.types import interrupt
 from agent import inventory as inv
 from agent import limits as L
 from agent.agents import conclusion, execution, planning, reflection, summarization
-from agent.agents.attribution import attribute, walk_order
+from agent.agents.attribution import Attribution, attribute
 from agent.checks.runner import CheckRunner
 from agent.evidence import unexplained
 from agent.graph.state import (
@@ -43,7 +43,7 @@ from agent.graph.state import (
 )
 from agent.incident import Incident, IncidentSummary
 from agent.models import CheckResult, ToolResult
-from agent.reasoning.base import KBPassage, LeafJudgement, Observation, Reasoner
+from agent.reasoning.base import KBPassage, LeafJudgement, Observation, PastIncident, Reasoner
 from agent.taxonomy import Taxonomy
 
 Emit = Callable[[dict[str, Any]], None]
@@ -67,6 +67,9 @@ class GraphTools:
     limits: L.Limits = field(default_factory=L.Limits)
     audit: Emit = lambda event: None  # the run's append-only audit log (agent/audit.py)
     operator: str = ""  # who started the run: the approver of record under the policies all/none
+    # reads the incident before any check, for attribution (default: the reasoner); the Diagnoser gives the offline
+    # reasoner, so which confirmed cause is claimed rests on the same deterministic reading whatever the model
+    reader: Reasoner | None = None
 
 
 class DiagnosisGraph:
@@ -433,10 +436,20 @@ class DiagnosisGraph:
         judgements = [fresh.get(j.label, j) for j in load_judgements(state)]
         return {**update, "path": path, "judgements": [j.model_dump(mode="json") for j in judgements]}
 
-    def conclude(self, state: DiagnosisState) -> dict[str, Any]:
+    def _attribute(self, state: DiagnosisState) -> Attribution:
+        """Which confirmed leaves are this incident's causes (agents/attribution.py)."""
         judgements = load_judgements(state)
-        found = attribute(self.t.taxonomy, self._summary(state), [j for j in judgements if j.status == "confirmed"],
-                          judgements, walk_order(state.get("path", [])))
+        confirmed = [j for j in judgements if j.status == "confirmed"]
+        if not confirmed:
+            return Attribution()
+        summary = self._summary(state)
+        similar = [PastIncident.model_validate(p) for p in state.get("similar", [])]
+        reading = planning.reading(self.t.reader or self.t.reasoner, self.t.taxonomy, summary, similar)
+        hosts = len(state.get("inventory") or {}) or len(Incident.model_validate(state["incident"]).hosts)
+        return attribute(self.t.taxonomy, summary, confirmed, judgements, reading, hosts)
+
+    def conclude(self, state: DiagnosisState) -> dict[str, Any]:
+        found = self._attribute(state)
         ordered = found.primary
         stopped = state.get("stopped")
         if nothing_checkable(state):  # nothing was looked at: say so plainly, no reasoner needed

@@ -17,7 +17,8 @@ ERROR_LINE = re.compile(
     re.IGNORECASE)
 NOISE_LINE = re.compile(r"^\s*(?:#|//|\$ |>>> )|^\s*$")
 PCI_BUS = re.compile(r"\b(?:[0-9a-f]{4,8}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]\b", re.IGNORECASE)
-GPU_INDEX = re.compile(r"\b(?:GPU|cuda:|device)\s?#?(\d{1,2})\b", re.IGNORECASE)
+# a zero-padded number is a host's name (gpu01, gpu-node07), never a GPU index: the tools do not pad indices
+GPU_INDEX = re.compile(r"\b(?:GPU|cuda:|device)\s?#?(0|[1-9]\d?)\b", re.IGNORECASE)
 RANK = re.compile(r"\brank\s*[:=]?\s*(\d{1,5})\b", re.IGNORECASE)
 # "NVRM: Xid (PCI:0000:3b:00): 79, ...", old drivers' "Xid (0000:01:00): 79", and prose "Xid 79" / "XID: 79"
 XID = re.compile(r"\bXid\b(?:\s*\((?:PCI:)?[0-9a-fA-F:.]+\))?\s*[:=]?\s*(\d{1,3})\b", re.IGNORECASE)

@@ -204,6 +204,16 @@ def cause_footprint(faults: list[dict[str, Any]], rates: dict[str, Any]) -> Caus
     return fp
 
 
+def incident_devices(text: str) -> CauseFootprint:
+    """The GPU indices and mlx5 HCAs an incident text names."""
+    from agent.reasoning.text_signals import entities
+
+    found = entities(text)
+    gpus = {int(m.group(1)) for g in found.gpus if (m := re.fullmatch(r"GPU(\d+)", g))}
+    hcas = {d for d in found.devices if re.fullmatch(r"mlx5_\d+", d)}
+    return CauseFootprint(set(), set(), set(), gpus, hcas)
+
+
 def allowed(fid: str, host: str, cause: CauseFootprint, drawn: list[dict[str, Any]],
             rates: dict[str, Any]) -> bool:
     """The compatibility rule (CONFOUND.md): not excluded, not the cause's id or leaf, no shared group with the
@@ -273,6 +283,11 @@ def draw_latent(record: dict[str, Any], faults: list[dict[str, Any]], hosts: lis
     profile = record.get("profile") or "H100-SXM-8"
     gpu_count, hca_count = _profile_counts(profile)
     cause = cause_footprint(faults, rates)
+    # the GPUs and NICs the incident's own lines name are the cause's, as far as anyone reading it can tell: a latent
+    # fault there could not be told from the cause by any tool, so none is drawn there
+    named = incident_devices(f"{record.get('description') or ''}\n{record.get('environment') or ''}")
+    cause.gpus |= named.gpus
+    cause.hcas |= named.hcas
     weights = latent_weights(rates)
     job_wide = set(rates.get("job_wide") or [])
     drawn: list[dict[str, Any]] = []
