@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "eval": ("eval_cmd", "eval_command", "command"),
     "preflight": ("preflight_cmd", "preflight", "command"),
     "serve": ("serve_cmd", "serve", "command"),
+    "verify": ("verify_cmd", "verify", "command"),
     "checks": ("checks_cmd", "app", "group"),
     "kb": ("kb_cmd", "app", "group"),
     "sim": ("sim_cmd", "app", "group"),

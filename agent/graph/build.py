@@ -49,6 +49,9 @@ from agent.taxonomy import Taxonomy
 Emit = Callable[[dict[str, Any]], None]
 Approval = Literal["all", "none", "ask"]
 PreTriage = Callable[[Incident], ToolResult | None]  # None: nothing for this tool in the incident
+# keeps the evidence of the confirmed causes ((role, judgement): root_cause | also_found) before the conclusion is
+# told to anyone; returns what the report and ticket say about it (agent/bundle.py's BundleInfo), or None
+Preserve = Callable[[DiagnosisState, list[tuple[str, LeafJudgement]]], dict[str, Any] | None]
 
 
 @dataclass
@@ -67,6 +70,7 @@ class GraphTools:
     limits: L.Limits = field(default_factory=L.Limits)
     audit: Emit = lambda event: None  # the run's append-only audit log (agent/audit.py)
     operator: str = ""  # who started the run: the approver of record under the policies all/none
+    preserve: Preserve | None = None  # the evidence bundle (agent/bundle.py), written by the Diagnoser
 
 
 class DiagnosisGraph:
@@ -459,6 +463,11 @@ class DiagnosisGraph:
                   "explanation": text}
         if stopped:
             result["stopped"] = dict(stopped)
+        causes = [("root_cause", j) for j in ordered] + [("also_found", j) for j in found.also_found]
+        if causes and self.t.preserve is not None:  # before anyone reads the conclusion and acts on it
+            bundle = self.t.preserve(state, causes)
+            if bundle is not None:
+                result["evidence_bundle"] = bundle
         self.t.emit({"type": "conclusion", **result})
         self.t.audit({"event": "conclusion", "resolved": result["resolved"], "pipeline": pipeline,
                       "root_causes": [j.label for j in ordered],
