@@ -4,6 +4,7 @@ conclusion and exports) as a table, or as JSON with --json."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -52,6 +53,20 @@ def _row(event: dict[str, Any]) -> tuple[str, str, str, str, str]:
         return (kind, "", ", ".join(event.get("root_causes") or []) or "no root cause",
                 "resolved" if event.get("resolved") else "unresolved",
                 f"pipeline {event.get('pipeline')}" + (f", stopped: {stopped.get('limit')}" if stopped else ""))
+    if kind == "evidence_bundle":
+        if event.get("error"):
+            return kind, "", "not written", "error", event["error"]
+        return (kind, "", Path(str(event.get("path", ""))).name, f"{event.get('results')} result(s)",
+                f"{event.get('files')} files, {event.get('bytes')} bytes, manifest sha256 "
+                f"{str(event.get('manifest_sha256', ''))[:16]}")
+    if kind == "verify":
+        return (kind, event.get("operator", ""), ", ".join(event.get("checks") or []), "",
+                f"events since {event.get('since')} ({event.get('since_from')}), approval {event.get('approval')}, "
+                f"bundle {event.get('bundle')}")
+    if kind == "verification":
+        causes = event.get("causes") or {}
+        return (kind, event.get("by", ""), ", ".join(f"{label}: {status}" for label, status in causes.items()),
+                str(event.get("status", "")), f"events since {event.get('since')}, bundle {event.get('bundle')}")
     if kind == "export":
         return (kind, event.get("by", ""), event.get("target", ""), str(event.get("result", "")),
                 event.get("detail", ""))
@@ -67,7 +82,8 @@ def audit_table(run_id: str, events: list[dict[str, Any]]) -> Table:
     for event in events:
         kind, who, what, result, detail = _row(event)
         style = {"FAIL": "red", "refused": "yellow", "not run": "magenta", "approved": "green", "PASS": "green",
-                 "resolved": "green", "unresolved": "yellow"}.get(result, "")
+                 "resolved": "green", "unresolved": "yellow", "cleared": "green", "still failing": "red",
+                 "could not check": "magenta", "error": "red"}.get(result, "")
         table.add_row(str(event.get("seq", "")), str(event.get("ts", ""))[:23].replace("T", " "), escape(kind),
                       escape(str(who)), escape(str(what)),
                       f"[{style}]{escape(result)}[/]" if style else escape(result), escape(str(detail)))
