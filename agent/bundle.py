@@ -244,8 +244,8 @@ def write_bundle(runs: Path, run_id: str, causes: list[BundledCause], results: l
 def _bundle_result(folder: Path, name: str, result: CheckResult, spool: Spool, manifest: Manifest,
                    exit_code: int | None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One result's files (its whole output from the spool, split per command and file) and its manifest entry."""
-    spec = manifest.get(result.check)
-    scripts = [spec.script_path, *(spec.script_path.parent / lib for lib in LIB_SCRIPTS)]
+    spec = next((s for s in manifest.checks if s.id == result.check), None)
+    scripts = [spec.script_path, *(spec.script_path.parent / lib for lib in LIB_SCRIPTS)] if spec else []
     entry: dict[str, Any] = {
         "host": result.host, "check": result.check, "tier": result.tier, "verdict": result.verdict.value,
         "summary": result.summary, "findings": [f.model_dump(mode="json") for f in result.findings],

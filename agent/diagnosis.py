@@ -13,6 +13,7 @@ report can show the real values; it never leaves the machine) and, when it confi
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -41,6 +42,7 @@ from agent.report import Report, build_report
 from agent.taxonomy import Taxonomy, load_taxonomy
 from agent.textinput import save_files
 
+log = logging.getLogger(__name__)
 RECURSION_LIMIT = 5000  # one super-step per DFS move: a full walk of the taxonomy is ~400 steps
 Answer = Callable[[dict[str, Any]], Any]  # an interrupt's payload -> the user's answer
 
@@ -240,8 +242,9 @@ class Diagnoser:
         try:
             info = write_bundle(runs_dir(self.options), self.run_id, bundled, results, dict(state.get("inventory", {})),
                                 self.runner.manifest, self.spool, self.runner.exit_codes)
-        except OSError as exc:
-            info = BundleInfo(error=f"the evidence bundle could not be written: {exc}")
+        except Exception as exc:  # the diagnosis is worth more than its bundle: say why there is none, go on
+            log.exception("run %s: no evidence bundle", self.run_id)
+            info = BundleInfo(error=f"the evidence bundle could not be written: {type(exc).__name__}: {exc}")
         self._audit({"event": "evidence_bundle", **info.model_dump(mode="json")})
         return info.model_dump(mode="json")
 

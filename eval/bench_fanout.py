@@ -13,11 +13,16 @@ Hosts, two ways (both real scripts, real parsers):
 
 Measured per (transport, N, limit): wall of the round, CPU of this process (the runner's threads, paramiko) and CPU
 of its children (the check processes for sim; for ssh, sshd and everything it ran, reaped when it stops), results
-that came back UNKNOWN (a limit that loses hosts does not win), and the load average before the round. Everything
-runs on this machine: the "remote" work of the SSH hosts shares its CPUs, so the SSH rows are an upper bound on the
-local cost and a lower bound on what many real hosts would allow.
+that came back UNKNOWN (a limit that loses hosts does not win), and the CPU that other processes on the machine used
+during the round (all CPU time in /proc/stat minus ours: the machine is shared, and what others take is not ours to
+use). Everything runs on this machine: the "remote" work of the SSH hosts shares its CPUs, so the SSH rows are an
+upper bound on the local cost and a lower bound on what many real hosts would allow.
 
-    python -m eval.bench_fanout --hosts 64 256 --limits 8 16 32 64 128 --out eval/results/fanout.md
+    python -m eval.bench_fanout --hosts 64 --limits 8 16 32 64 --out eval/results/fanout.md
+    python -m eval.bench_fanout --hosts 256 --limits 8 32 64 --out eval/results/fanout.md --append
+
+Memory: each host in flight runs up to `--per-host` check processes with their tool shims (about 26 MB of RSS
+together each); 128 hosts x 4 would be about 13 GB on this shared 23 GB machine, so the recorded runs stop at 64.
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ class Row:
     cpu_children_s: float
     results: int
     unknown: int
-    load: float
+    others_cpu_s: float  # CPU seconds other processes used on this machine during the round
 
     @property
     def cpu_s(self) -> float:
@@ -65,6 +70,13 @@ class Row:
 def cpu() -> tuple[float, float]:
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+
+
+def machine_cpu() -> float:
+    """CPU seconds the whole machine has spent busy (user, nice, system, irq, softirq, steal), from /proc/stat."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def sim_hosts(scenario: Path, n: int) -> list[Executor]:
@@ -97,7 +109,6 @@ def one_round(executors: list[Executor], limit: int, per_host: int) -> tuple[int
 
 
 def measure(transport: str, scenario: Path, n: int, limit: int, per_host: int, work: Path) -> Row:
-    load = os.getloadavg()[0]
     sshd = None
     if transport == "ssh":
         sshd = start_sshd(work / f"sshd-{n}-{limit}", ("MaxStartups 1024", "MaxSessions 64"))
@@ -106,6 +117,7 @@ def measure(transport: str, scenario: Path, n: int, limit: int, per_host: int, w
     else:
         executors = sim_hosts(scenario, n)
     self0, kids0 = cpu()
+    busy0 = machine_cpu()
     began = time.perf_counter()
     try:
         results, unknown = one_round(executors, limit, per_host)
@@ -114,19 +126,21 @@ def measure(transport: str, scenario: Path, n: int, limit: int, per_host: int, w
         if sshd is not None:  # reaped here: sshd's CPU and its sessions' join this process's children
             sshd.stop()
     self1, kids1 = cpu()
+    others = machine_cpu() - busy0 - (self1 - self0) - (kids1 - kids0)
     return Row(transport, n, limit, round(wall, 2), round(self1 - self0, 2), round(kids1 - kids0, 2), results,
-               unknown, round(load, 1))
+               unknown, round(max(others, 0.0), 1))
 
 
 def table(rows: list[Row]) -> str:
     lines = ["| hosts over | hosts | limit | wall | CPU (this process + children) | of which children | results "
-             "(UNKNOWN) | load before |", "|---|---|---|---|---|---|---|---|"]
+             "(UNKNOWN) | other processes' CPU meanwhile |", "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         best = min((r for r in rows if (r.transport, r.hosts) == (row.transport, row.hosts) and not r.unknown),
                    key=lambda r: r.wall_s, default=None)
         mark = "**" if row is best else ""
         lines.append(f"| {row.transport} | {row.hosts} | {mark}{row.limit}{mark} | {mark}{row.wall_s:.1f} s{mark} | "
-                     f"{row.cpu_s:.1f} s | {row.cpu_children_s:.1f} s | {row.results} ({row.unknown}) | {row.load} |")
+                     f"{row.cpu_s:.1f} s | {row.cpu_children_s:.1f} s | {row.results} ({row.unknown}) | "
+                     f"{row.others_cpu_s:.0f} s |")
     return "\n".join(lines)
 
 
@@ -147,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--transports", nargs="+", choices=("sim", "ssh"), default=["sim", "ssh"])
     parser.add_argument("--per-host", type=int, default=4, help="checks at once on one host (CheckRunner workers)")
     parser.add_argument("--out", type=Path, help="write the markdown here")
+    parser.add_argument("--append", action="store_true", help="append to --out instead of replacing it")
     args = parser.parse_args(argv)
     if "ssh" in args.transports and not (shutil.which("sshd") or Path("/usr/sbin/sshd").exists()):
         parser.error("--transports ssh needs OpenSSH's sshd (make sshd installs it)")
@@ -163,8 +178,8 @@ def main(argv: list[str] | None = None) -> int:
                     row = measure(transport, scenario, n, limit, args.per_host, work)
                     rows.append(row)
                     print(f"{row.transport} {row.hosts} hosts, limit {row.limit}: wall {row.wall_s} s, CPU "
-                          f"{row.cpu_s:.1f} s, {row.unknown} of {row.results} UNKNOWN (load {row.load})",
-                          file=sys.stderr, flush=True)
+                          f"{row.cpu_s:.1f} s, {row.unknown} of {row.results} UNKNOWN (others' CPU meanwhile "
+                          f"{row.others_cpu_s:.0f} s)", file=sys.stderr, flush=True)
     head = (f"Fan-out benchmark (`python -m eval.bench_fanout {' '.join(argv or sys.argv[1:])}`), "
             f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, this machine: {os.cpu_count()} CPUs, "
             f"Python {platform.python_version()}; a round = host_inventory + "
@@ -174,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+        with args.out.open("a" if args.append else "w", encoding="utf-8") as handle:
+            handle.write(("\n" if args.append and args.out.exists() and args.out.stat().st_size else "") + text)
     return 0
 
 

@@ -125,6 +125,31 @@ def test_bundle_keeps_the_confirming_outputs_hashed(ecc_run: tuple[Path, Path, R
     assert any(MANIFEST in p for p in check_bundle(copy, info.manifest_sha256))
 
 
+def test_bundle_of_a_run_resumed_by_another_diagnoser(tmp_path: Path) -> None:
+    """A run that waits for an approval ends its process (the server's workers do); the one that resumes it writes
+    the bundle from the outputs the first one spooled to disk."""
+    root = tmp_path / "ecc"
+    create_scenario(root, ECC_FAULT)
+    options = DiagnoseOptions(hosts=[f"sim:{root}"], data_dir=str(tmp_path / "data"), history=False,
+                              knowledge=False, approval="ask")
+    first = Diagnoser(options)
+    with pytest.raises(RuntimeError, match="stopped for approval"):
+        first.run(Incident(text=ECC_TEXT, hosts=options.hosts), run_id="waits-1")
+    first.close()
+    spool = runs_dir(options) / "waits-1.spool"
+    assert any(spool.iterdir()) and stat.S_IMODE(spool.stat().st_mode) == 0o700
+    second = Diagnoser(options)
+    try:
+        report = second.resume("waits-1", lambda payload: {c["id"]: False for c in payload.get("checks", [])})
+    finally:
+        second.close()
+    assert report.root_causes[0].label == ECC
+    info = report.evidence_bundle
+    assert info is not None and info.results >= 2 and not info.not_kept and not info.error
+    assert check_bundle(Path(info.path), info.manifest_sha256) == []
+    assert not spool.exists()
+
+
 def test_ticket_lists_the_bundle(ecc_run: tuple[Path, Path, Report], tmp_path: Path) -> None:
     _, data, report = ecc_run
     result = cli.invoke(app, ["diagnose", "--resume", report.run_id, "--data-dir", str(data), "--ticket",
