@@ -66,7 +66,7 @@ bench-hosts: install
 # (wall, CPU of this process and its children). Tables in eval/results/fanout.md (~1 h on 2 cores).
 bench-fanout: install sshd
 	$(BIN)/python -m eval.bench_fanout --hosts 64 --limits 8 16 32 64 --out eval/results/fanout.md
-	$(BIN)/python -m eval.bench_fanout --hosts 256 --limits 8 32 64 --out eval/results/fanout.md --append
+	$(BIN)/python -m eval.bench_fanout --hosts 256 --limits 8 16 32 --out eval/results/fanout.md --append
 
 # L4 log localizer: throughput vs plain Drain3, Loghub grouping accuracy (research-only data, read in place),
 # 200 simulated faulty jobs, broken files. Tables in eval/results/l4.md.

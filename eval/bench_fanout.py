@@ -19,10 +19,11 @@ use). Everything runs on this machine: the "remote" work of the SSH hosts shares
 upper bound on the local cost and a lower bound on what many real hosts would allow.
 
     python -m eval.bench_fanout --hosts 64 --limits 8 16 32 64 --out eval/results/fanout.md
-    python -m eval.bench_fanout --hosts 256 --limits 8 32 64 --out eval/results/fanout.md --append
+    python -m eval.bench_fanout --hosts 256 --limits 8 16 32 --out eval/results/fanout.md --append
 
 Memory: each host in flight runs up to `--per-host` check processes with their tool shims (about 26 MB of RSS
-together each); 128 hosts x 4 would be about 13 GB on this shared 23 GB machine, so the recorded runs stop at 64.
+together each); 128 hosts x 4 would be about 13 GB on this shared 23 GB machine, so the recorded runs stop at 64
+hosts at once (32 for 256 hosts: over SSH, 32 already loses results to timeouts here, see the table).
 """
 
 from __future__ import annotations
@@ -30,11 +31,13 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import re
 import resource
 import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +63,7 @@ class Row:
     cpu_children_s: float
     results: int
     unknown: int
+    why_unknown: str  # the commonest reasons, e.g. "41 x timed out after 30 s"
     others_cpu_s: float  # CPU seconds other processes used on this machine during the round
 
     @property
@@ -79,6 +83,29 @@ def machine_cpu() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
+def children(pid: int) -> list[int]:
+    """The live child processes of `pid` (from /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def stop_sshd(sshd: Sshd, timeout_s: float = 120.0) -> None:
+    """Stop sshd only once every connection's process has ended and been reaped by it: a per-connection sshd holds
+    the CPU of everything its session ran, and one still alive when the listener stops is reparented to init and its
+    CPU is lost to this process's accounting."""
+    deadline = time.monotonic() + timeout_s
+    while children(sshd.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    sshd.stop()
+
+
 def sim_hosts(scenario: Path, n: int) -> list[Executor]:
     return executors_for([f"sim:{scenario / f'node-{k}'}" for k in range(1, n + 1)])
 
@@ -95,17 +122,24 @@ def ssh_hosts(scenario: Path, n: int, sshd: Sshd, known: Path) -> list[Executor]
     return executors
 
 
-def one_round(executors: list[Executor], limit: int, per_host: int) -> tuple[int, int]:
-    """The inventory and preflight's checks on every host; (results, UNKNOWN results)."""
+def one_round(executors: list[Executor], limit: int, per_host: int) -> tuple[int, list[str]]:
+    """The inventory and preflight's checks on every host; (results, why each UNKNOWN one is)."""
     runner = CheckRunner(executors, max_parallel_hosts=limit, workers=per_host)
     try:
         runner.take_inventory()
         results = runner.run(list(CHECKS), hosts=runner.checkable())
-        cannot = [h for h, e in runner.expectations.items() if e.cannot_check]
+        cannot = [e.cannot_check for e in runner.expectations.values() if e.cannot_check]
     finally:
         for executor in executors:
             executor.close()
-    return len(results) + len(cannot), sum(r.verdict == Verdict.UNKNOWN for r in results) + len(cannot)
+    unknown = [r.reason or r.summary for r in results if r.verdict == Verdict.UNKNOWN]
+    return len(results) + len(cannot), unknown + [f"inventory: {why}" for why in cannot]
+
+
+def commonest(reasons: list[str], top: int = 2) -> str:
+    """The commonest reasons, host names and numbers masked so that the same failure counts once."""
+    masked = Counter(re.sub(r"\d+", "N", re.sub(r"ssh://\S+|node-\d+", "HOST", r))[:90] for r in reasons)
+    return "; ".join(f"{n} x {why}" for why, n in masked.most_common(top))
 
 
 def measure(transport: str, scenario: Path, n: int, limit: int, per_host: int, work: Path) -> Row:
@@ -124,23 +158,23 @@ def measure(transport: str, scenario: Path, n: int, limit: int, per_host: int, w
     finally:
         wall = time.perf_counter() - began
         if sshd is not None:  # reaped here: sshd's CPU and its sessions' join this process's children
-            sshd.stop()
+            stop_sshd(sshd)
     self1, kids1 = cpu()
     others = machine_cpu() - busy0 - (self1 - self0) - (kids1 - kids0)
     return Row(transport, n, limit, round(wall, 2), round(self1 - self0, 2), round(kids1 - kids0, 2), results,
-               unknown, round(max(others, 0.0), 1))
+               len(unknown), commonest(unknown), round(max(others, 0.0), 1))
 
 
 def table(rows: list[Row]) -> str:
     lines = ["| hosts over | hosts | limit | wall | CPU (this process + children) | of which children | results "
-             "(UNKNOWN) | other processes' CPU meanwhile |", "|---|---|---|---|---|---|---|---|"]
+             "(UNKNOWN) | other processes' CPU meanwhile | why UNKNOWN |", "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         best = min((r for r in rows if (r.transport, r.hosts) == (row.transport, row.hosts) and not r.unknown),
                    key=lambda r: r.wall_s, default=None)
         mark = "**" if row is best else ""
         lines.append(f"| {row.transport} | {row.hosts} | {mark}{row.limit}{mark} | {mark}{row.wall_s:.1f} s{mark} | "
                      f"{row.cpu_s:.1f} s | {row.cpu_children_s:.1f} s | {row.results} ({row.unknown}) | "
-                     f"{row.others_cpu_s:.0f} s |")
+                     f"{row.others_cpu_s:.0f} s | {row.why_unknown or '-'} |")
     return "\n".join(lines)
 
 
@@ -179,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(row)
                     print(f"{row.transport} {row.hosts} hosts, limit {row.limit}: wall {row.wall_s} s, CPU "
                           f"{row.cpu_s:.1f} s, {row.unknown} of {row.results} UNKNOWN (others' CPU meanwhile "
-                          f"{row.others_cpu_s:.0f} s)", file=sys.stderr, flush=True)
+                          f"{row.others_cpu_s:.0f} s) {row.why_unknown}", file=sys.stderr, flush=True)
     head = (f"Fan-out benchmark (`python -m eval.bench_fanout {' '.join(argv or sys.argv[1:])}`), "
             f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC, this machine: {os.cpu_count()} CPUs, "
             f"Python {platform.python_version()}; a round = host_inventory + "
