@@ -25,8 +25,9 @@ Admit = Callable[[list[Job]], dict[Job, str]]
 # told the script's whole stdout (host, check id, stdout) as it executed, from the worker thread that ran it
 RawSink = Callable[[str, str, str], None]
 
-# hosts checked at once (each with up to `workers` checks at once); chosen by eval/bench_fanout.py, see the README
-DEFAULT_PARALLEL_HOSTS = 32
+# hosts checked at once (each with up to `workers` checks at once): the best wall over SSH at 64 and 256 hosts in
+# eval/bench_fanout.py (eval/results/fanout.md); raise it for a fleet of real nodes, see the README
+DEFAULT_PARALLEL_HOSTS = 8
 # characters of what a check saw (its commands' stdout and stderr, the files it read) a script reports whole when a
 # raw sink wants it (the evidence bundle)
 RAW_LIMIT_CHARS = 4 << 20
