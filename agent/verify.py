@@ -273,7 +273,7 @@ class Verifier:
         runner = CheckRunner(executors, approve=self.approve_active, profile_name=self.options.profile,
                              params={"incident_at": now, "events_since": since.timestamp()},
                              max_parallel_hosts=self.options.max_parallel_hosts)
-        runner.listeners.append(self._ran)
+        runner.listeners.append(lambda result: self._ran(result, runner.exit_codes.get((result.host, result.check))))
         self.audit.append({"event": "verify", "operator": self.operator, "since": since.isoformat(),
                            "since_from": since_from, "checks": checks, "hosts": sorted(runner.executors),
                            "approval": "all" if self.approve_active else "none", "bundle": bundle.get("status")})
@@ -320,9 +320,10 @@ class Verifier:
                                "approved": self.approve_active, "by": self.operator,
                                "via": "--approve-active" if self.approve_active else "policy none"})
 
-    def _ran(self, result: CheckResult) -> None:
+    def _ran(self, result: CheckResult, exit_code: int | None) -> None:
         self.audit.append({"event": "check", "node": "verify", "check": result.check, "host": result.host,
                            "tier": result.tier, "executed": True, "verdict": result.verdict.value,
+                           "exit_code": exit_code,
                            "output_sha256": result.output_sha256, "duration_s": result.duration_s,
                            "commands": result.cmds, "summary": result.summary[:300]})
 

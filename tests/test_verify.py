@@ -216,7 +216,7 @@ def test_verify_rounds_before_and_after_the_fix(ecc_run: tuple[Path, Path, Repor
     events, _ = read(runs / f"{report.run_id}.audit.jsonl")
     logged = [e for e in events if e["event"] == "verification"]
     assert len(logged) == 5 and logged[-1]["status"] == "cleared" and logged[-1]["causes"][ECC] == "cleared"
-    assert any(e["event"] == "check" and e.get("node") == "verify" for e in events)
+    assert any(e["event"] == "check" and e.get("node") == "verify" and e["exit_code"] == 0 for e in events)
     ticket = (runs / f"{report.run_id}.ticket.md").read_text()
     section = ticket.split("## Verification after fix", 1)[1].split("\n## ", 1)[0]
     assert section.count("\n5. ") == 1 and "**cleared**" in section and "**still failing**" in section
