@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: install test-services sshd chromium postgres prometheus slurm test test-llm lint demo bench eval clean bench-diagnosis \
 	bench-l4 bench-reveal \
-	bench-kaiops bench-history bench-server bench-hosts
+	bench-kaiops bench-history bench-server bench-hosts bench-fanout
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -63,7 +63,7 @@ test-llm: install test-services
 demo: install
 	$(BIN)/aidai demo
 
-bench: install bench-diagnosis bench-hosts bench-l4 bench-reveal bench-kaiops bench-history bench-server
+bench: install bench-diagnosis bench-hosts bench-l4 bench-reveal bench-kaiops bench-history bench-server bench-fanout
 	$(BIN)/python -m eval.bench_checks
 	$(BIN)/python -m eval.bench_safety
 	$(BIN)/python -m eval.bench_tickets --incidents $(DEV_INCIDENTS)
@@ -73,6 +73,13 @@ bench: install bench-diagnosis bench-hosts bench-l4 bench-reveal bench-kaiops be
 # shipped profile healthy (nothing may be confirmed) and faulty (the right leaf). Tables in eval/results/hosts.md.
 bench-hosts: install
 	$(BIN)/python -m eval.bench_hosts --incidents $(DEV_INCIDENTS) --out eval/results/hosts.md
+
+# Fan-out: one passive-check round (inventory + preflight's five checks) over 64 and 256 simulated hosts, locally
+# and each over its own SSH connection to a real sshd on 127.0.0.1, for several limits on the hosts checked at once
+# (wall, CPU of this process and its children). Tables in eval/results/fanout.md (~1 h on 2 cores).
+bench-fanout: install sshd
+	$(BIN)/python -m eval.bench_fanout --hosts 64 --limits 8 16 32 64 --out eval/results/fanout.md
+	$(BIN)/python -m eval.bench_fanout --hosts 256 --limits 8 16 32 --out eval/results/fanout.md --append
 
 # L4 log localizer: throughput vs plain Drain3, Loghub grouping accuracy (research-only data, read in place),
 # 200 simulated faulty jobs, broken files. Tables in eval/results/l4.md.

@@ -4,14 +4,16 @@ A run has an id (the LangGraph thread id). Its options are saved next to the che
 rebuilds the same hosts and reasoner in a new process and continues from the last finished step; the checks
 finished before a kill are in the checkpointed state and are not run again.
 
-Next to the checkpoint, each run keeps `<run_id>.audit.jsonl` (the append-only audit log, agent/audit.py) and
+Next to the checkpoint, each run keeps `<run_id>.audit.jsonl` (the append-only audit log, agent/audit.py),
 `<run_id>.redaction.json` (0600: the placeholders of everything sent to an LLM or put in a ticket, so the local
-report can show the real values; it never leaves the machine).
+report can show the real values; it never leaves the machine) and, when it confirms a cause, `<run_id>.evidence/`
+(agent/bundle.py: the whole output of the checks that confirmed it, hashed, written before the conclusion is told).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -23,13 +25,15 @@ from langgraph.types import Command
 
 from agent import pretriage
 from agent.audit import AuditLog, audit_path, local_user
+from agent.bundle import BundledCause, BundleInfo, Spool, confirming, write_bundle
 from agent.checkpoints import open_store
-from agent.checks.runner import CheckRunner
+from agent.checks.runner import DEFAULT_PARALLEL_HOSTS, CheckRunner
 from agent.executors.hosts import SshOptions, executors_for
 from agent.graph.build import Approval, DiagnosisGraph, Emit, GraphTools, initial_state
+from agent.graph.state import DiagnosisState, load_results
 from agent.incident import Incident
 from agent.limits import Limits
-from agent.reasoning.base import KBPassage, PastIncident, Reasoner
+from agent.reasoning.base import KBPassage, LeafJudgement, PastIncident, Reasoner
 from agent.reasoning.factory import make_reasoner
 from agent.reasoning.offline import OfflineReasoner
 from agent.reasoning.prompts import PROMPT_VERSION
@@ -39,6 +43,7 @@ from agent.slurm.jobs import jobs_of
 from agent.taxonomy import Taxonomy, load_taxonomy
 from agent.textinput import save_files
 
+log = logging.getLogger(__name__)
 RECURSION_LIMIT = 5000  # one super-step per DFS move: a full walk of the taxonomy is ~400 steps
 Answer = Callable[[dict[str, Any]], Any]  # an interrupt's payload -> the user's answer
 
@@ -74,6 +79,7 @@ class DiagnoseOptions:
     operator: str = ""  # who started the run (approver of record under approval all/none); default: the OS user
     redact_llm: bool = True  # redact every prompt sent to an LLM (reversibly, the mapping stays local)
     checkpoint_url: str | None = None  # postgresql://...: the team's Postgres instead of SQLite in the data dir
+    max_parallel_hosts: int = DEFAULT_PARALLEL_HOSTS  # hosts checked at once (eval/bench_fanout.py)
 
     def limits(self) -> Limits:
         return Limits(max_checks=self.max_checks, max_wall_s=self.max_wall_s, max_llm_tokens=self.max_llm_tokens)
@@ -125,10 +131,13 @@ class Diagnoser:
                                                   offline)
         self.retrieval = retrieval or Retrieval(self.options)
         self.runner = runner or CheckRunner(executors_for(self.options.hosts, SshOptions(**self.options.ssh)),
-                                            profile_name=self.options.profile)
+                                            profile_name=self.options.profile,
+                                            max_parallel_hosts=self.options.max_parallel_hosts)
         self.operator = self.options.operator or local_user()
         self.audit: AuditLog | None = None  # the current run's log, opened by run/resume
         self.redactor: Redactor | None = None
+        self.run_id: str | None = None
+        self.spool: Spool | None = None  # every check's whole output until the evidence bundle is written
         self.tools = GraphTools(
             taxonomy=self.taxonomy, reasoner=self.reasoner, runner=self.runner,
             retrieve=self.retrieval.similar if self.options.history else None,
@@ -136,7 +145,7 @@ class Diagnoser:
             pretriage=pretriage.tools(self.options.pretriage, self.runner, self.options.prometheus),
             emit=emit or (lambda event: None), approval=self.options.approval,
             max_feedback_rounds=self.options.max_feedback_rounds, limits=self.options.limits(),
-            audit=self._audit, operator=self.operator,
+            audit=self._audit, operator=self.operator, preserve=self._preserve,
             reader=self.reasoner if isinstance(self.reasoner, OfflineReasoner) else offline)
         if hasattr(self.reasoner, "token_budget"):
             self.reasoner.token_budget = self.options.max_llm_tokens
@@ -197,6 +206,8 @@ class Diagnoser:
             state = self.graph.get_state(config)
             pending = self._pending(state)
             if pending is None:
+                if self.spool is not None:  # the run is over: what the bundle needed is in it
+                    self.spool.remove()
                 return self._report(run_id, state.values, time.perf_counter() - began)
             if answer is None:
                 raise RuntimeError(f"run {run_id} stopped for {pending.get('kind')} but nobody can answer; "
@@ -210,9 +221,12 @@ class Diagnoser:
 
     # ---- audit and redaction ------------------------------------------------------------------------------
     def _open(self, run_id: str, incident: Incident) -> None:
-        """The run's audit log and redactor (continuing a resumed run's mapping)."""
+        """The run's audit log, redactor (continuing a resumed run's mapping) and output spool."""
+        self.run_id = run_id
         if self.options.checkpoint:
             self.audit = AuditLog(audit_path(runs_dir(self.options), run_id), run_id)
+            self.spool = Spool(runs_dir(self.options) / f"{run_id}.spool")
+            self.runner.raw_sink = self.spool
         self.redactor = Redactor(hostnames=[*self.runner.executors, *incident.hosts],
                                  usernames=[self.operator, *ssh_users(self.options.hosts)])
         if self.options.checkpoint:
@@ -223,6 +237,23 @@ class Diagnoser:
     def _audit(self, event: dict[str, Any]) -> None:
         if self.audit is not None:
             self.audit.append(event)
+
+    def _preserve(self, state: DiagnosisState, causes: list[tuple[str, LeafJudgement]]) -> dict[str, Any] | None:
+        """The evidence bundle of the confirmed causes (GraphTools.preserve), its manifest's hash in the audit log.
+        A bundle that cannot be written is said so in the report, the ticket and the log; the diagnosis goes on."""
+        if not self.options.checkpoint or self.run_id is None or self.spool is None:
+            return None
+        results = load_results(state)
+        bundled = [BundledCause(label=j.label, role=role, confidence=j.confidence, evidence=j.evidence.matched,
+                                findings=confirming(j.evidence.matched, results)) for role, j in causes]
+        try:
+            info = write_bundle(runs_dir(self.options), self.run_id, bundled, results, dict(state.get("inventory", {})),
+                                self.runner.manifest, self.spool, self.runner.exit_codes)
+        except Exception as exc:  # the diagnosis is worth more than its bundle: say why there is none, go on
+            log.exception("run %s: no evidence bundle", self.run_id)
+            info = BundleInfo(error=f"the evidence bundle could not be written: {type(exc).__name__}: {exc}")
+        self._audit({"event": "evidence_bundle", **info.model_dump(mode="json")})
+        return info.model_dump(mode="json")
 
     def _save_mapping(self, run_id: str) -> None:
         if self.options.checkpoint and self.redactor is not None and self.redactor.originals:
@@ -263,12 +294,15 @@ def run_ticket(report: Report, options: DiagnoseOptions) -> dict[str, Any]:
     """The run's redacted ticket, with the placeholders the LLM saw (the run's mapping); values first seen in the
     ticket join the mapping, so the local report can restore them too."""
     from agent.ticket import ticket_data
+    from agent.verify import load_rounds
 
+    rounds = load_rounds(runs_dir(options), report.run_id) if options.checkpoint else []
     redactor = Redactor(hostnames=report.hosts, usernames=[options.operator or local_user(),
-                                                           *ssh_users(options.hosts)])
+                                                           *ssh_users(options.hosts),
+                                                           *(by for r in rounds if (by := r.get("by")))])
     path = mapping_path(options, report.run_id)
     redactor.load(path)
-    data = ticket_data(report, redactor=redactor)
+    data = ticket_data(report, redactor=redactor, verifications=rounds)
     if options.checkpoint:
         redactor.save(path)
     return data
@@ -292,6 +326,19 @@ def save_run(options: DiagnoseOptions, run_id: str, incident: Incident) -> Path:
     path.write_text(json.dumps({"run_id": run_id, "options": asdict(options),
                                 "incident": incident.model_dump(mode="json")}, indent=1))
     return path
+
+
+def saved_state(options: DiagnoseOptions, run_id: str) -> dict[str, Any]:
+    """A run's last checkpointed state, read without its hosts, reasoner or knowledge stores ({} when none)."""
+    taxonomy = load_taxonomy()
+    saver, close = open_store(options.checkpoint_url, runs_dir(options) / "checkpoints.sqlite")
+    try:
+        tools = GraphTools(taxonomy=taxonomy, reasoner=OfflineReasoner(taxonomy), runner=CheckRunner([]))
+        graph = DiagnosisGraph(tools).build(saver)
+        state = graph.get_state({"configurable": {"thread_id": run_id}})
+        return dict(state.values or {})
+    finally:
+        close()
 
 
 def load_run(run_id: str, data: str | None = None) -> tuple[DiagnoseOptions, Incident]:

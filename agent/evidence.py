@@ -53,6 +53,11 @@ def assess(rules: list[str], results: list[CheckResult]) -> Evidence:
                     unknown=_unique(unknown))
 
 
+def rule_matches(rules: list[str], check: str, finding_id: str) -> bool:
+    """Whether one of the rules names `check` and matches the finding id whole."""
+    return any(c == check and pattern.fullmatch(finding_id) for c, pattern in map(_rule, rules))
+
+
 def _unique(items: list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agent.agents.attribution import GPU_ENTITY
+from agent.bundle import BundleInfo
 from agent.graph.state import load_judgements, load_results
 from agent.incident import Attachment
 from agent.inventory import DriverGpu, Expectations, HostInventory
@@ -73,6 +74,8 @@ class Report(BaseModel):
     spent: dict[str, Any] = Field(default_factory=dict)  # checks, wall_s, tokens, steps used (agent/limits.py)
     attachments: list[Attachment] = Field(default_factory=list)  # whole logs behind an excerpted incident text
     slurm_jobs: list[SlurmJob] = Field(default_factory=list)  # the jobs whose nodes were checked, with their GPUs
+    # the whole output of the checks that confirmed the causes, kept before any fix (agent/bundle.py)
+    evidence_bundle: BundleInfo | None = None
 
     def contract(self) -> dict[str, Any]:
         """The `--json` output: DESIGN.md's report contract first, the details after it."""
@@ -229,5 +232,7 @@ def build_report(run_id: str, state: dict[str, Any], taxonomy: Taxonomy, *, usag
         llm_fallback_causes=dict(usage.fallback_causes), wall_s=round(wall_s, 3),
         stopped=dict(conclusion.get("stopped") or {}),
         spent=dict(state.get("spent") or {}),
+        evidence_bundle=BundleInfo.model_validate(conclusion["evidence_bundle"])
+        if conclusion.get("evidence_bundle") else None,
         attachments=attachments if attachments is not None
         else [Attachment.model_validate(f) for f in incident.get("files") or []], slurm_jobs=jobs)

@@ -24,7 +24,8 @@ MAX_FINDINGS = 5
 
 
 def ticket_data(report: Report, hostnames: list[str] | None = None, redactor: Redactor | None = None,
-                ) -> dict[str, Any]:
+                verifications: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """VERIFICATIONS: the run's `aidai verify` rounds (agent/verify.py, `<run>.verify.jsonl`), oldest first."""
     redactor = redactor or Redactor([*(hostnames or []), *report.hosts])
     named = [*(hostnames or []), *report.hosts, *(e.hostname for e in report.inventory if e.hostname)]
     redactor.hostnames = sorted({*redactor.hostnames, *(h for h in named if h not in ("local", "localhost"))},
@@ -65,11 +66,37 @@ def ticket_data(report: Report, hostnames: list[str] | None = None, redactor: Re
         "attachments": [a.model_dump(mode="json") for a in report.attachments],
         "usage": {"reasoner": report.reasoner, "llm_calls": report.llm_calls, "tokens": report.tokens},
         "stopped": report.stopped or None,
+        "evidence_bundle": _bundle(report),
+        "verifications": [_round(v) for v in verifications or []],
     }
     redacted = redactor.data(data)
     redacted["redactions"] = dict(sorted(redactor.counts.items()))  # counts only: the values stay local
     redacted["title"] = ticket_title(redacted)
     return redacted
+
+
+def _bundle(report: Report) -> dict[str, Any] | None:
+    """The evidence bundle as the ticket names it: by its name in the data dir's runs/ (the full path is local)."""
+    info = report.evidence_bundle
+    if info is None:
+        return None
+    return {"name": Path(info.path).name if info.path else "", "manifest_sha256": info.manifest_sha256,
+            "results": info.results, "files": info.files, "bytes": info.bytes, "capped": info.capped,
+            "not_kept": info.not_kept, "error": info.error}
+
+
+def _round(stored: dict[str, Any]) -> dict[str, Any]:
+    """One verify round as the ticket carries it: when, who, the window, and per cause its result and checks."""
+    return {"ts": stored.get("ts", ""), "by": stored.get("by", ""), "status": stored.get("status", ""),
+            "since": stored.get("since", ""), "since_from": stored.get("since_from", ""),
+            "window_note": stored.get("window_note", ""), "bundle": (stored.get("bundle") or {}).get("status", ""),
+            "causes": [{"label": c["label"], "role": c.get("role", ""), "status": c["status"], "why": c.get("why", ""),
+                        "checks": [{"host": k["result"]["host"], "check": k["result"]["check"],
+                                    "verdict": k["result"]["verdict"], "status": k["status"],
+                                    "summary": k["result"].get("reason") or k["result"].get("summary", ""),
+                                    "output_sha256": k["result"].get("output_sha256", "")}
+                                   for k in c.get("checks", [])]}
+                       for c in stored.get("causes", [])]}
 
 
 def _md_escape(text: str) -> str:
@@ -111,6 +138,7 @@ def render_markdown(data: dict[str, Any], channel: str = "cli") -> str:
     if data.get("stopped"):
         out += [f"> **Investigation stopped** ({data['stopped']['limit']}): {data['stopped']['message']}", ""]
     out += _causes(data) if data["root_causes"] else _no_cause(data)
+    out += _evidence_bundle(data) + _verifications(data)
     if data["customer_feedback"]:
         out += ["## What the customer said", ""] + [f"- {f}" for f in data["customer_feedback"]] + [""]
     out += ["## Incident", "", "```", data["incident"].strip()[:4000], "```", ""]
@@ -169,6 +197,39 @@ def _causes(data: dict[str, Any]) -> list[str]:
             out.append(f"   - why: {cause['why']}")
     out += ["", data["conclusion"], ""] if data["conclusion"] else [""]
     return out
+
+
+def _evidence_bundle(data: dict[str, Any]) -> list[str]:
+    bundle = data.get("evidence_bundle")
+    if not bundle:
+        return []
+    if bundle.get("error"):
+        return [f"**Evidence bundle not kept:** {bundle['error']}", ""]
+    line = (f"**Evidence bundle** (the confirming checks' whole output, kept before any fix): `{bundle['name']}` in "
+            f"the data dir's `runs/`, manifest sha256 `{bundle['manifest_sha256']}` ({bundle['results']} check "
+            f"result(s), {bundle['files']} files, {bundle['bytes']:,} bytes)")
+    out = [line]
+    out += [f"- cut at the size cap: {item}" for item in bundle.get("capped", [])]
+    out += [f"- whole output not kept: {item}" for item in bundle.get("not_kept", [])]
+    return [*out, ""]
+
+
+def _verifications(data: dict[str, Any]) -> list[str]:
+    rounds = data.get("verifications") or []
+    if not rounds:
+        return []
+    out = ["## Verification after fix", ""]
+    for n, item in enumerate(rounds, 1):
+        out.append(f"{n}. {item['ts'].replace('T', ' ')} by {item['by']}: **{item['status']}** (log events counted "
+                   f"since {item['since'].replace('T', ' ')}, {item['since_from']}; evidence bundle "
+                   f"{item['bundle'] or 'not checked'})")
+        for cause in item["causes"]:
+            out.append(f"   - {cause['label']}: **{cause['status']}**: {_md_escape(cause['why'])[:400]}")
+            out += [f"      - {c['host']} {c['check']}: {c['status']} (now {c['verdict']}: "
+                    f"{_md_escape(c['summary'])[:200]})" for c in cause["checks"]]
+        if item.get("window_note"):
+            out.append(f"   - {_md_escape(item['window_note'])}")
+    return [*out, ""]
 
 
 def _no_cause(data: dict[str, Any]) -> list[str]:

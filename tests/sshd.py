@@ -44,7 +44,8 @@ def keygen(path: Path) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True, timeout=30)
 
 
-def start_sshd(root: Path) -> Sshd:
+def start_sshd(root: Path, extra_config: tuple[str, ...] = ()) -> Sshd:
+    """`extra_config`: more sshd_config lines (e.g. `MaxStartups 1024` for a benchmark's many connections)."""
     root.mkdir(parents=True, exist_ok=True)
     host_key, client_key = root / "host_ed25519", root / "client_ed25519"
     keygen(host_key)
@@ -57,7 +58,7 @@ def start_sshd(root: Path) -> Sshd:
         f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {host_key}", f"PidFile {root / 'sshd.pid'}",
         f"AuthorizedKeysFile {root / 'authorized_keys'}", "PasswordAuthentication no",
         "KbdInteractiveAuthentication no", "PubkeyAuthentication yes", "PermitRootLogin prohibit-password",
-        "StrictModes no", "UsePAM no", "Subsystem sftp internal-sftp", "LogLevel ERROR", "",
+        "StrictModes no", "UsePAM no", "Subsystem sftp internal-sftp", "LogLevel ERROR", *extra_config, "",
     ]))
     Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # privilege separation dir sshd insists on
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=subprocess.DEVNULL,

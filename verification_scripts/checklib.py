@@ -27,6 +27,9 @@ NA_VALUES = {"", "N/A", "[N/A]", "[Not Supported]", "Not Supported", "[Unknown E
              "[Insufficient Permissions]", "[GPU is lost]", "[Requires Root]", "ERR!"}
 SEVERITY_RANK = {"PASS": 0, "INFO": 0, "WARN": 2, "FAIL": 3}
 RAW_LIMIT = 4096
+# with params `raw_limit` (bytes), a check also reports whole what it saw (each command's stdout and stderr, each
+# file it read) up to that many bytes: the diagnosis keeps it as the evidence bundle of a confirmed cause
+RAW_ENTRIES = 1000
 
 # the keys a profile carries; run by hand (no params) a script expects nothing of the host
 PROFILE_KEYS = ("name", "gpu_count", "gpu_name", "pci_device_id", "memory_mib", "compute_capability", "nvswitch",
@@ -125,6 +128,13 @@ class Check(object):
         self.cmds = []
         self.raw = []
         self.targets = []
+        try:
+            self.raw_limit = max(int(self.params.get("raw_limit") or 0), 0)
+        except (TypeError, ValueError):
+            self.raw_limit = 0
+        self.outputs = []  # what the check saw, whole, when raw_limit asks for it
+        self.raw_kept = 0
+        self.raw_capped = False
 
     # ---- time ------------------------------------------------------------------------------
     def incident_time(self):
@@ -136,9 +146,15 @@ class Check(object):
     def window(self, default_s, minimum_s=0.0):
         """(since, until) epoch bounds of the events that belong to the incident: `window_s` (params, default
         `default_s`, at least `minimum_s`) before it, up to AFTER_INCIDENT_S after it (trailing errors, and an
-        incident time that is a ticket's open time rather than the failure's). Older events are history."""
-        window = max(float(self.params.get("window_s", default_s) or default_s), minimum_s)
+        incident time that is a ticket's open time rather than the failure's). Older events are history.
+
+        params `events_since` (epoch seconds) sets the start itself, whatever the check's own minimum: verifying a
+        fix counts only the events after it (an Xid from before the fix stays in the kernel log for good)."""
         at = self.incident_time()
+        since = self.params.get("events_since")
+        if isinstance(since, (int, float)) and not isinstance(since, bool):
+            return float(since), at + AFTER_INCIDENT_S
+        window = max(float(self.params.get("window_s", default_s) or default_s), minimum_s)
         return at - window, at + AFTER_INCIDENT_S
 
     # ---- expectations ---------------------------------------------------------------------
@@ -168,6 +184,12 @@ class Check(object):
     def run(self, argv, timeout=30, env=None):
         """Run a command without a shell; a missing tool or a timeout is recorded, never raised."""
         self.cmds.append(" ".join(argv))
+        cmd = self._run(argv, timeout, env)
+        self._keep_whole({"cmd": " ".join(argv), "rc": cmd.rc, "missing": cmd.missing, "timed_out": cmd.timed_out,
+                          "seconds": round(cmd.seconds, 3)}, stdout=cmd.out, stderr=cmd.err)
+        return cmd
+
+    def _run(self, argv, timeout, env):
         start = time.time()
         if shutil.which(argv[0]) is None:
             return Cmd(argv, 127, "", "", missing=True)
@@ -201,9 +223,11 @@ class Check(object):
         """File text, or None when it is absent or unreadable."""
         try:
             with open(self.path(path), "rb") as handle:
-                return handle.read(limit).decode("utf-8", "replace")
+                text = handle.read(limit).decode("utf-8", "replace")
         except OSError:
             return None
+        self._keep_whole({"file": path}, text=text)
+        return text
 
     def exists(self, path):
         return os.path.exists(self.path(path))
@@ -213,6 +237,25 @@ class Check(object):
             return sorted(os.listdir(self.path(path)))
         except OSError:
             return []
+
+    def _keep_whole(self, entry, **texts):
+        """Record what the check saw (a command's stdout and stderr, a file's text) whole, within `raw_limit`
+        bytes in all; past it the rest is cut and the evidence says so (`raw_capped`, each entry's `truncated`)."""
+        if not self.raw_limit:
+            return
+        if len(self.outputs) >= RAW_ENTRIES:
+            self.raw_capped = True
+            return
+        for key, text in texts.items():
+            text = text or ""
+            room = max(self.raw_limit - self.raw_kept, 0)
+            entry[key] = text[:room]
+            self.raw_kept += len(entry[key])
+            if len(text) > room:
+                entry["truncated"] = True
+                entry[key + "_chars"] = len(text)
+                self.raw_capped = True
+        self.outputs.append(entry)
 
     def _keep_raw(self, text):
         used = sum(len(r) for r in self.raw)
@@ -268,6 +311,9 @@ class Check(object):
             "raw_excerpt": "".join(self.raw)[:RAW_LIMIT],
             "duration_s": round(time.time() - self.started, 3),
         }
+        if self.raw_limit:
+            out["raw_outputs"] = self.outputs
+            out["raw_capped"] = self.raw_capped
         sys.stdout.write(json.dumps(out) + "\n")
         sys.stdout.flush()
 

@@ -22,6 +22,15 @@ Approver = Callable[[CheckSpec, str], bool]
 Job = tuple[str, str]  # (host, check id)
 # the investigation's limits: of the jobs about to execute, those refused, each with the reason
 Admit = Callable[[list[Job]], dict[Job, str]]
+# told the script's whole stdout (host, check id, stdout) as it executed, from the worker thread that ran it
+RawSink = Callable[[str, str, str], None]
+
+# hosts checked at once (each with up to `workers` checks at once): the best wall over SSH at 64 and 256 hosts in
+# eval/bench_fanout.py (eval/results/fanout.md); raise it for a fleet of real nodes, see the README
+DEFAULT_PARALLEL_HOSTS = 8
+# characters of what a check saw (its commands' stdout and stderr, the files it read) a script reports whole when a
+# raw sink wants it (the evidence bundle)
+RAW_LIMIT_CHARS = 4 << 20
 
 
 class CheckNotAllowed(KeyError):
@@ -41,6 +50,7 @@ class CheckRunner:
     def __init__(self, executors: list[Executor], *, approve: bool | Approver = False,
                  profile_name: str | None = None, params: dict[str, Any] | None = None,
                  manifest: Manifest | None = None, workers: int = 4,
+                 max_parallel_hosts: int = DEFAULT_PARALLEL_HOSTS,
                  on_result: Callable[[CheckResult], None] | None = None):
         self.executors = {e.name: e for e in executors}
         self.manifest = manifest or load_manifest()
@@ -49,7 +59,11 @@ class CheckRunner:
         self.inventories: dict[str, inv.HostInventory] = {}
         self.expectations: dict[str, inv.Expectations] = {}
         self.params = params or {}
+        # checks at once on one host (an SSH connection multiplexes them; OpenSSH allows 10 sessions per
+        # connection), and hosts at once: the fan-out limit, so 256 hosts are not 256 handshakes at the same time
         self.workers = max(1, workers)
+        self.max_parallel_hosts = max(1, max_parallel_hosts)
+        self.raw_sink: RawSink | None = None  # set: scripts report what they saw whole (RAW_LIMIT_CHARS)
         self.on_result = on_result
         self.cache: dict[tuple[str, str], CheckResult] = {}
         self.exit_codes: dict[tuple[str, str], int | None] = {}  # (host, check) -> the script's exit code, for audit
@@ -63,7 +77,7 @@ class CheckRunner:
         names = list(hosts if hosts is not None else self.executors)
         todo = [h for h in names if h not in self.expectations]
         if todo:
-            with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            with ThreadPoolExecutor(max_workers=min(self.max_parallel_hosts, len(todo))) as pool:
                 for taken in pool.map(lambda h: inv.take(self.executors[h]), todo):
                     self.adopt(taken)
         return {h: self.expectations[h] for h in names}
@@ -120,10 +134,7 @@ class CheckRunner:
                                                        summary=f"not run: {reason}", reason=reason)
         todo = [(n, s) for n, s in todo if (n, s.id) not in refused]
         began = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=self.workers) as pool:
-            runs = pool.map(lambda job: self._run_one(*job, approved[(job[0], job[1].id)]), todo)
-            for (name, spec), result in zip(todo, runs, strict=True):
-                results[(name, spec.id)] = result
+        results |= self._fan_out(todo, approved)
         self.wall_s += time.perf_counter() - began
         self._compare_across_hosts(specs, names, results)
         for key in ((n, s.id) for n, s in todo):
@@ -135,6 +146,27 @@ class CheckRunner:
                     listener(results[key])
         return [results[(name, spec.id)] for name, spec in jobs]
 
+    def _fan_out(self, todo: list[tuple[str, CheckSpec]], approved: dict[Job, bool]) -> dict[Job, CheckResult]:
+        """Up to `max_parallel_hosts` hosts at once, each running its checks `workers` at a time."""
+        by_host: dict[str, list[CheckSpec]] = {}
+        for name, spec in todo:
+            by_host.setdefault(name, []).append(spec)
+
+        def one_host(name: str) -> list[CheckResult]:
+            specs = by_host[name]
+            if len(specs) == 1 or self.workers == 1:
+                return [self._run_one(name, spec, approved[(name, spec.id)]) for spec in specs]
+            with ThreadPoolExecutor(max_workers=min(self.workers, len(specs))) as pool:
+                return list(pool.map(lambda spec: self._run_one(name, spec, approved[(name, spec.id)]), specs))
+
+        if not by_host:
+            return {}
+        out: dict[Job, CheckResult] = {}
+        with ThreadPoolExecutor(max_workers=min(self.max_parallel_hosts, len(by_host))) as pool:
+            for name, done in zip(by_host, pool.map(one_host, by_host), strict=True):
+                out |= {(name, result.check): result for result in done}
+        return out
+
     def _run_one(self, host: str, spec: CheckSpec, approved: bool) -> CheckResult:
         if not approved:
             return CheckResult(check=spec.id, host=host, verdict=Verdict.UNKNOWN, tier=spec.tier,
@@ -145,9 +177,11 @@ class CheckRunner:
                                       f"it runs only with the operator's approval")
         executor = self.executors[host]
         params = {"host": host, "profile": self.expectations[host].values, "known_bad": load_known_bad(),
-                  "window_s": 7200, **self.params}
+                  "window_s": 7200, **({"raw_limit": RAW_LIMIT_CHARS} if self.raw_sink else {}), **self.params}
         run = executor.run_script(spec.script_path, params, spec.timeout_s)
         self.exit_codes[(host, spec.id)] = run.rc
+        if self.raw_sink is not None and run.stdout:
+            self.raw_sink(host, spec.id, run.stdout)
         return to_result(spec, host, run)
 
     def _approved(self, spec: CheckSpec, host: str) -> bool:

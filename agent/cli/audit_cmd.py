@@ -4,6 +4,7 @@ conclusion and exports) as a table, or as JSON with --json."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -62,6 +63,20 @@ def _row(event: dict[str, Any]) -> tuple[str, str, str, str, str]:
         forced = " (forced)" if event.get("forced") else ""
         return (kind, event.get("by", ""), f"{event.get('action')} {event.get('node')}{forced}: "
                 f"{event.get('reason', '')}", str(event.get("result", "")), detail)
+    if kind == "evidence_bundle":
+        if event.get("error"):
+            return kind, "", "not written", "error", event["error"]
+        return (kind, "", Path(str(event.get("path", ""))).name, f"{event.get('results')} result(s)",
+                f"{event.get('files')} files, {event.get('bytes')} bytes, manifest sha256 "
+                f"{str(event.get('manifest_sha256', ''))[:16]}")
+    if kind == "verify":
+        return (kind, event.get("operator", ""), ", ".join(event.get("checks") or []), "",
+                f"events since {event.get('since')} ({event.get('since_from')}), approval {event.get('approval')}, "
+                f"bundle {event.get('bundle')}")
+    if kind == "verification":
+        causes = event.get("causes") or {}
+        return (kind, event.get("by", ""), ", ".join(f"{label}: {status}" for label, status in causes.items()),
+                str(event.get("status", "")), f"events since {event.get('since')}, bundle {event.get('bundle')}")
     if kind == "export":
         return (kind, event.get("by", ""), event.get("target", ""), str(event.get("result", "")),
                 event.get("detail", ""))
@@ -78,7 +93,8 @@ def audit_table(run_id: str, events: list[dict[str, Any]]) -> Table:
         kind, who, what, result, detail = _row(event)
         style = {"FAIL": "red", "refused": "yellow", "failed": "red", "done": "green",
                  "not run": "magenta", "approved": "green", "PASS": "green",
-                 "resolved": "green", "unresolved": "yellow"}.get(result, "")
+                 "resolved": "green", "unresolved": "yellow", "cleared": "green", "still failing": "red",
+                 "could not check": "magenta", "error": "red"}.get(result, "")
         table.add_row(str(event.get("seq", "")), str(event.get("ts", ""))[:23].replace("T", " "), escape(kind),
                       escape(str(who)), escape(str(what)),
                       f"[{style}]{escape(result)}[/]" if style else escape(result), escape(str(detail)))

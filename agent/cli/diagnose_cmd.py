@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from agent.checks.runner import DEFAULT_PARALLEL_HOSTS
 from agent.cli.render import ProgressView, make_answer, report_panel, resume_command
 from agent.executors.hosts import SPEC_HELP, HostSpecError
 from agent.incident import Incident, IncidentError
@@ -80,6 +81,9 @@ PrometheusOpt = Annotated[str | None, typer.Option(
          "window rank the hosts before any check (credentials: AIDAI_PROMETHEUS_TOKEN or AIDAI_PROMETHEUS_BASIC).")]
 MaxTokensOpt = Annotated[int | None, typer.Option("--max-llm-tokens", metavar="N", min=1,
                                                   help="Stop the investigation once the LLM used N tokens.")]
+MaxParallelHostsOpt = Annotated[int | None, typer.Option("--max-parallel-hosts", metavar="N", min=1,
+                                                        help="Check at most N hosts at once (each with up to 4 "
+                                                             f"checks at a time; default {DEFAULT_PARALLEL_HOSTS}).")]
 
 
 def user_errors() -> tuple[type[Exception], ...]:
@@ -291,6 +295,7 @@ def diagnose(
     max_checks: MaxChecksOpt = None,
     max_wall_s: MaxWallOpt = None,
     max_llm_tokens: MaxTokensOpt = None,
+    max_parallel_hosts: MaxParallelHostsOpt = None,
     approve_active: Annotated[bool, typer.Option("--approve-active",
                                                  help="Run active checks (benchmarks, load) without asking.")] = False,
     ask: Annotated[bool, typer.Option("--ask", help="Ask before each active check (default: never run them; "
@@ -338,7 +343,7 @@ def diagnose(
             if approve_active or ask:
                 options.approval = "all" if approve_active else "ask"
             for name, value in (("max_checks", max_checks), ("max_wall_s", max_wall_s),
-                                ("max_llm_tokens", max_llm_tokens)):
+                                ("max_llm_tokens", max_llm_tokens), ("max_parallel_hosts", max_parallel_hosts)):
                 if value is not None:  # a resumed run may get a higher (or lower) limit
                     setattr(options, name, value)
             options.operator = operator
@@ -361,7 +366,8 @@ def diagnose(
                 approval="all" if approve_active else "ask" if ask else "none", llm=llm, base_url=base_url,
                 model=model, profile=profile, data_dir=str(data_dir) if data_dir else None, chroma_url=chroma_url,
                 history=not no_history, max_checks=max_checks, max_wall_s=max_wall_s, max_llm_tokens=max_llm_tokens,
-                operator=operator, checkpoint_url=checkpoint_url, prometheus=prometheus)
+                operator=operator, checkpoint_url=checkpoint_url, prometheus=prometheus,
+                **({"max_parallel_hosts": max_parallel_hosts} if max_parallel_hosts else {}))
         options.limits()  # a bad limit is refused before anything runs
         view = ProgressView(err)
         answer = signed(make_answer(view, err, interactive=ask, approve_all=approve_active), operator)

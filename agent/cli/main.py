@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "drain": ("slurm_cmd", "drain", "command"),
     "resume": ("slurm_cmd", "resume", "command"),
     "mcp": ("mcp_cmd", "mcp", "command"),
+    "verify": ("verify_cmd", "verify", "command"),
     "checks": ("checks_cmd", "app", "group"),
     "kb": ("kb_cmd", "app", "group"),
     "sim": ("sim_cmd", "app", "group"),

@@ -49,6 +49,9 @@ from agent.taxonomy import Taxonomy
 Emit = Callable[[dict[str, Any]], None]
 Approval = Literal["all", "none", "ask"]
 PreTriage = Callable[[Incident], ToolResult | None]  # None: nothing for this tool in the incident
+# keeps the evidence of the confirmed causes ((role, judgement): root_cause | also_found) before the conclusion is
+# told to anyone; returns what the report and ticket say about it (agent/bundle.py's BundleInfo), or None
+Preserve = Callable[[DiagnosisState, list[tuple[str, LeafJudgement]]], dict[str, Any] | None]
 
 
 @dataclass
@@ -70,6 +73,7 @@ class GraphTools:
     # reads the incident before any check, for attribution (default: the reasoner); the Diagnoser gives the offline
     # reasoner, so which confirmed cause is claimed rests on the same deterministic reading whatever the model
     reader: Reasoner | None = None
+    preserve: Preserve | None = None  # the evidence bundle (agent/bundle.py), written by the Diagnoser
 
 
 class DiagnosisGraph:
@@ -472,6 +476,11 @@ class DiagnosisGraph:
                   "explanation": text}
         if stopped:
             result["stopped"] = dict(stopped)
+        causes = [("root_cause", j) for j in ordered] + [("also_found", j) for j in found.also_found]
+        if causes and self.t.preserve is not None:  # before anyone reads the conclusion and acts on it
+            bundle = self.t.preserve(state, causes)
+            if bundle is not None:
+                result["evidence_bundle"] = bundle
         self.t.emit({"type": "conclusion", **result})
         self.t.audit({"event": "conclusion", "resolved": result["resolved"], "pipeline": pipeline,
                       "root_causes": [j.label for j in ordered],
