@@ -19,16 +19,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from langgraph.types import Command
-
 from agent import pretriage
 from agent.audit import AuditLog, audit_path, local_user
 from agent.checkpoints import open_store
 from agent.checks.runner import CheckRunner
 from agent.executors.hosts import SshOptions, executors_for
-from agent.graph.build import Approval, DiagnosisGraph, Emit, GraphTools, initial_state
+from agent.graph.build import Approval, DiagnosisGraph, Emit, GraphTools, incident_time, initial_state
 from agent.incident import Incident
 from agent.limits import Limits
+from agent.preflight.collect import CHECKS as PREFLIGHT_CHECKS
 from agent.reasoning.base import KBPassage, PastIncident, Reasoner
 from agent.reasoning.factory import make_reasoner
 from agent.reasoning.offline import OfflineReasoner
@@ -140,7 +139,18 @@ class Diagnoser:
         if hasattr(self.reasoner, "on_call"):
             self.reasoner.on_call = self._audit
         self._close_store: Callable[[], None] | None = None
-        self.graph = DiagnosisGraph(self.tools).build(self._checkpointer())
+        self._graph: Any = None
+
+    @property
+    def graph(self) -> Any:
+        """The compiled graph, built on first use: `run` starts the hosts' work before it imports LangGraph."""
+        if self._graph is None:
+            self._graph = DiagnosisGraph(self.tools).build(self._checkpointer())
+        return self._graph
+
+    @graph.setter
+    def graph(self, compiled: Any) -> None:
+        self._graph = compiled
 
     # ---- runs ---------------------------------------------------------------------------------------------
     def run(self, incident: Incident, answer: Answer | None = None, run_id: str | None = None) -> Report:
@@ -148,6 +158,7 @@ class Diagnoser:
         if not incident.hosts:  # what preflight and the ticket see: the hosts the checks run on
             incident = incident.model_copy(update={"hosts": list(self.options.hosts)})
         self._open(run_id, incident)  # first: a run id that cannot name files is refused before anything is saved
+        self._prefetch(incident)
         # a large log's whole file (agent/textinput.py), saved next to the run: the report lists it as attachments
         incident = save_files(incident, runs_dir(self.options) / f"{run_id}.attachments")
         if self.options.checkpoint:
@@ -158,6 +169,19 @@ class Diagnoser:
                      "prompt_version": PROMPT_VERSION, "limits": self.tools.limits.as_dict(),
                      "redact_llm": self.options.redact_llm})
         return self._drive(initial_state(incident), run_id, answer)
+
+    def _prefetch(self, incident: Incident) -> None:
+        """Start the hosts' inventory, and the passive checks preflight runs first, in the background: they overlap
+        building the graph (a cold process imports LangGraph then) and the first node. The checks get the params
+        the graph would give them (the incident's time); they run early only when no limit could refuse them."""
+        prefetch = getattr(self.runner, "prefetch", None)
+        if prefetch is None:  # a stand-in runner
+            return
+        at = incident_time(initial_state(incident)["incident"])
+        if "incident_at" not in self.runner.params and at is not None:  # as the graph's guard would set it
+            self.runner.params["incident_at"] = at
+        limited = self.options.max_checks is not None or self.options.max_wall_s is not None
+        prefetch(PREFLIGHT_CHECKS if "preflight" in self.options.pretriage and not limited else ())
 
     def resume(self, run_id: str, answer: Answer | None = None) -> Report:
         """Continue a run from its last checkpoint (after a kill, or after an unanswered interrupt)."""
@@ -175,6 +199,8 @@ class Diagnoser:
         if pending is not None:
             if answer is None:
                 raise RunNotFound(f"run {run_id!r} waits for an answer to: {pending.get('kind')}")
+            from langgraph.types import Command
+
             return self._drive(Command(resume=answer(pending)), run_id, answer)
         return self._drive(None, run_id, answer)
 
@@ -194,6 +220,8 @@ class Diagnoser:
             if answer is None:
                 raise RuntimeError(f"run {run_id} stopped for {pending.get('kind')} but nobody can answer; "
                                    f"resume it with `aidai diagnose --resume {run_id}`")
+            from langgraph.types import Command
+
             payload = Command(resume=answer(pending))
 
     @staticmethod

@@ -18,7 +18,8 @@ _guard = threading.Lock()
 def _load() -> None:
     try:
         os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
-        import chromadb  # noqa: F401  (the import is the work)
+        # the imports are the work: Chroma, and what a local client imports when it is created
+        import chromadb.api.rust  # noqa: F401
 
         from agent.knowledge import embeddings
 
