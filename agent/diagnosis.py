@@ -145,6 +145,9 @@ class Diagnoser:
     def graph(self) -> Any:
         """The compiled graph, built on first use: `run` starts the hosts' work before it imports LangGraph."""
         if self._graph is None:
+            from agent.graph.lazy_sdk import defer_sdk_init
+
+            defer_sdk_init()  # LangGraph's import of the Platform SDK's remote client is deferred (lazy_sdk.py)
             self._graph = DiagnosisGraph(self.tools).build(self._checkpointer())
         return self._graph
 
