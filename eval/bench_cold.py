@@ -43,6 +43,7 @@ class Variant:
     rss_mb: list[float] = field(default_factory=list)
     codes: list[int] = field(default_factory=list)
     load: list[float] = field(default_factory=list)  # 1-minute load average before each run
+    lines: list[str] = field(default_factory=list)  # one per run, as printed
 
 
 def run_once(variant: Variant, host: Path, data_dir: Path, model_cache: Path) -> tuple[float, float, float, int]:
@@ -65,13 +66,14 @@ def run_once(variant: Variant, host: Path, data_dir: Path, model_cache: Path) ->
 
 
 def table(variants: list[Variant], runs: int) -> str:
-    lines = ["| code | runs | wall median (min-max) | CPU median (min-max) | peak RSS median | load avg (min-max) "
-             "| exit codes |", "|---|---|---|---|---|---|---|"]
+    lines = ["| code | runs | wall median (min-max) | CPU median (min-max) | peak RSS median (min-max) | load avg "
+             "(min-max) | exit codes |", "|---|---|---|---|---|---|---|"]
     for v in variants:
         lines.append(f"| {v.name} | {len(v.wall)} | {statistics.median(v.wall):.2f} s ({min(v.wall):.2f}-"
                      f"{max(v.wall):.2f}) | {statistics.median(v.cpu):.2f} s ({min(v.cpu):.2f}-{max(v.cpu):.2f}) | "
-                     f"{statistics.median(v.rss_mb):.0f} MB | {statistics.median(v.load):.1f} ({min(v.load):.1f}-"
-                     f"{max(v.load):.1f}) | {','.join(str(c) for c in sorted(set(v.codes)))} |")
+                     f"{statistics.median(v.rss_mb):.0f} MB ({min(v.rss_mb):.0f}-{max(v.rss_mb):.0f}) | "
+                     f"{statistics.median(v.load):.1f} ({min(v.load):.1f}-{max(v.load):.1f}) | "
+                     f"{','.join(str(c) for c in sorted(set(v.codes)))} |")
     return "\n".join(lines)
 
 
@@ -112,8 +114,9 @@ def main(argv: list[str] | None = None) -> int:
                     v.rss_mb.append(rss)
                     v.codes.append(code)
                     v.load.append(load)
-                    print(f"run {i + 1} {v.name}: wall {wall:.2f} s, CPU {cpu:.2f} s, RSS {rss:.0f} MB, exit {code}, "
-                          f"load average {load:.1f}", file=sys.stderr)
+                    v.lines.append(f"run {i + 1} {v.name}: wall {wall:.2f} s, CPU {cpu:.2f} s, RSS {rss:.0f} MB, "
+                                   f"exit {code}, load average {load:.1f}")
+                    print(v.lines[-1], file=sys.stderr)
         finally:
             if worktree is not None:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)],
@@ -134,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
             f"simulated host's tools run as child processes), peak RSS = the CLI process's max resident set "
             f"(os.wait4), load avg = the machine's 1-minute load average before each run (wall times are only "
             f"comparable at similar, low loads). {platform.machine()}, {os.cpu_count()} cores, load average at "
-            f"the end {load[0]:.1f}.\n\n{result}\n", encoding="utf-8")
+            f"the end {load[0]:.1f}.\n\n{result}\n\nRuns, in the order they ran:\n\n"
+            + "".join(f"- {line}\n" for line in sorted((ln for v in variants for ln in v.lines),
+                                                        key=lambda ln: int(ln.split()[1]))), encoding="utf-8")
     return 0
 
 

@@ -2,8 +2,8 @@
 
 Each area's module is imported only when its command runs (or when help lists them all): `aidai diagnose` does
 not pay for importing the evaluation harness, the web server, KAIOPS or L4. The commands are built by Typer
-itself, exactly as `add_typer` / `command` would at start-up. When `diagnose` or `chat` runs, the knowledge
-libraries start loading on a background thread (agent.knowledge.preload) while the hosts are inventoried.
+itself, exactly as `add_typer` / `command` would at start-up. When `diagnose` or `chat` runs, Chroma's client
+library starts loading on a background thread (agent.knowledge.preload) while the hosts are inventoried.
 
 `main` is the program (the `aidai` console script, `python -m agent.cli.main`): once `diagnose` has finished, the
 process ends without the interpreter's teardown (see `main`). `app` alone, as tests call it, never does that.
