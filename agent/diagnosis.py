@@ -140,6 +140,9 @@ class Diagnoser:
             self.reasoner.on_call = self._audit
         self._close_store: Callable[[], None] | None = None
         self._graph: Any = None
+        # a team's Postgres store is opened (and refused, when unusable) here, as soon as the options are known; the
+        # local SQLite store, whose saver imports LangGraph, with the graph
+        self._store: Any = self._checkpointer() if self.options.checkpoint and self.options.checkpoint_url else None
 
     @property
     def graph(self) -> Any:
@@ -148,7 +151,8 @@ class Diagnoser:
             from agent.graph.lazy_sdk import defer_sdk_init
 
             defer_sdk_init()  # LangGraph's import of the Platform SDK's remote client is deferred (lazy_sdk.py)
-            self._graph = DiagnosisGraph(self.tools).build(self._checkpointer())
+            store = self._store if self._store is not None else self._checkpointer()
+            self._graph = DiagnosisGraph(self.tools).build(store)
         return self._graph
 
     @graph.setter
