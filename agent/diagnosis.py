@@ -21,18 +21,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from langgraph.types import Command
-
 from agent import pretriage
 from agent.audit import AuditLog, audit_path, local_user
 from agent.bundle import BundledCause, BundleInfo, Spool, confirming, write_bundle
 from agent.checkpoints import open_store
 from agent.checks.runner import DEFAULT_PARALLEL_HOSTS, CheckRunner
 from agent.executors.hosts import SshOptions, executors_for
-from agent.graph.build import Approval, DiagnosisGraph, Emit, GraphTools, initial_state
+from agent.graph.build import Approval, DiagnosisGraph, Emit, GraphTools, incident_time, initial_state
 from agent.graph.state import DiagnosisState, load_results
 from agent.incident import Incident
 from agent.limits import Limits
+from agent.preflight.collect import CHECKS as PREFLIGHT_CHECKS
 from agent.reasoning.base import KBPassage, LeafJudgement, PastIncident, Reasoner
 from agent.reasoning.factory import make_reasoner
 from agent.reasoning.offline import OfflineReasoner
@@ -152,7 +151,25 @@ class Diagnoser:
         if hasattr(self.reasoner, "on_call"):
             self.reasoner.on_call = self._audit
         self._close_store: Callable[[], None] | None = None
-        self.graph = DiagnosisGraph(self.tools).build(self._checkpointer())
+        self._graph: Any = None
+        # a team's Postgres store is opened (and refused, when unusable) here, as soon as the options are known; the
+        # local SQLite store, whose saver imports LangGraph, with the graph
+        self._store: Any = self._checkpointer() if self.options.checkpoint and self.options.checkpoint_url else None
+
+    @property
+    def graph(self) -> Any:
+        """The compiled graph, built on first use: `run` starts the hosts' work before it imports LangGraph."""
+        if self._graph is None:
+            from agent.graph.lazy_sdk import defer_sdk_init
+
+            defer_sdk_init()  # LangGraph's import of the Platform SDK's remote client is deferred (lazy_sdk.py)
+            store = self._store if self._store is not None else self._checkpointer()
+            self._graph = DiagnosisGraph(self.tools).build(store)
+        return self._graph
+
+    @graph.setter
+    def graph(self, compiled: Any) -> None:
+        self._graph = compiled
 
     # ---- runs ---------------------------------------------------------------------------------------------
     def run(self, incident: Incident, answer: Answer | None = None, run_id: str | None = None) -> Report:
@@ -163,6 +180,7 @@ class Diagnoser:
         if jobs and not incident.slurm_jobs:  # which job ran on which node and GPU, for the report and ticket
             incident = incident.model_copy(update={"slurm_jobs": jobs})
         self._open(run_id, incident)  # first: a run id that cannot name files is refused before anything is saved
+        self._prefetch(incident)
         # a large log's whole file (agent/textinput.py), saved next to the run: the report lists it as attachments
         incident = save_files(incident, runs_dir(self.options) / f"{run_id}.attachments")
         if self.options.checkpoint:
@@ -174,6 +192,19 @@ class Diagnoser:
                      "redact_llm": self.options.redact_llm}
                     | ({"slurm_jobs": [job.line() for job in incident.slurm_jobs]} if incident.slurm_jobs else {}))
         return self._drive(initial_state(incident), run_id, answer)
+
+    def _prefetch(self, incident: Incident) -> None:
+        """Start the hosts' inventory, and the passive checks preflight runs first, in the background: they overlap
+        building the graph (a cold process imports LangGraph then) and the first node. The checks get the params
+        the graph would give them (the incident's time); they run early only when no limit could refuse them."""
+        prefetch = getattr(self.runner, "prefetch", None)
+        if prefetch is None:  # a stand-in runner
+            return
+        at = incident_time(initial_state(incident)["incident"])
+        if "incident_at" not in self.runner.params and at is not None:  # as the graph's guard would set it
+            self.runner.params["incident_at"] = at
+        limited = self.options.max_checks is not None or self.options.max_wall_s is not None
+        prefetch(PREFLIGHT_CHECKS if "preflight" in self.options.pretriage and not limited else ())
 
     def resume(self, run_id: str, answer: Answer | None = None) -> Report:
         """Continue a run from its last checkpoint (after a kill, or after an unanswered interrupt)."""
@@ -191,6 +222,8 @@ class Diagnoser:
         if pending is not None:
             if answer is None:
                 raise RunNotFound(f"run {run_id!r} waits for an answer to: {pending.get('kind')}")
+            from langgraph.types import Command
+
             return self._drive(Command(resume=answer(pending)), run_id, answer)
         return self._drive(None, run_id, answer)
 
@@ -212,6 +245,8 @@ class Diagnoser:
             if answer is None:
                 raise RuntimeError(f"run {run_id} stopped for {pending.get('kind')} but nobody can answer; "
                                    f"resume it with `aidai diagnose --resume {run_id}`")
+            from langgraph.types import Command
+
             payload = Command(resume=answer(pending))
 
     @staticmethod

@@ -1,14 +1,18 @@
 """Cold CLI diagnosis: `aidai diagnose TEXT --host sim:DIR --json` in fresh processes, as a customer runs it.
 
-One simulated host with an uncorrectable ECC fault; the store (seed incident DB + KB index) and the cached ONNX
-model are built by a warm-up run that is not counted. Each counted run is a new Python process; wall time, CPU
-time (user + system) and peak RSS come from `os.wait4` on that process. Medians over `--runs`.
+One simulated host with an uncorrectable ECC fault; the store (seed incident DB + KB index), the cached ONNX
+model and the taxonomy's vectors are built by a warm-up run that is not counted. Each counted run is a new
+Python process running the program as the `aidai` console script does (`python -m agent.cli.main`); wall time,
+CPU time (user + system, the process and its children: the simulated host's tools) and peak RSS come from
+`os.wait4` on that process. Medians over `--runs`. The machine's 1-minute load average is read before each run
+and reported beside the times: on a shared machine, wall time is only meaningful with it (CPU time much less
+affected), so compare runs at a low load.
 
 `--before-commit REV` also measures the code of REV (a temporary `git worktree`, run with this venv's Python via
 PYTHONPATH), alternating a before run and an after run so both see the same machine load. The table goes to
 `--out` (markdown).
 
-    python -m eval.bench_cold --runs 5 --before-commit f029982 --out eval/results/cold.md
+    python -m eval.bench_cold --runs 5 --before-commit 83d19f7 --out eval/results/cold.md
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ class Variant:
     cpu: list[float] = field(default_factory=list)
     rss_mb: list[float] = field(default_factory=list)
     codes: list[int] = field(default_factory=list)
+    load: list[float] = field(default_factory=list)  # 1-minute load average before each run
+    lines: list[str] = field(default_factory=list)  # one per run, as printed
 
 
 def run_once(variant: Variant, host: Path, data_dir: Path, model_cache: Path) -> tuple[float, float, float, int]:
@@ -49,8 +55,7 @@ def run_once(variant: Variant, host: Path, data_dir: Path, model_cache: Path) ->
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     if variant.pythonpath:
         env["PYTHONPATH"] = variant.pythonpath
-    cmd = [sys.executable, "-c", "from agent.cli.main import app; app()", "diagnose", TEXT, "--host", f"sim:{host}",
-           "--json"]
+    cmd = [sys.executable, "-m", "agent.cli.main", "diagnose", TEXT, "--host", f"sim:{host}", "--json"]
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=variant.pythonpath or ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -61,12 +66,14 @@ def run_once(variant: Variant, host: Path, data_dir: Path, model_cache: Path) ->
 
 
 def table(variants: list[Variant], runs: int) -> str:
-    lines = ["| code | runs | wall median (min-max) | CPU median | peak RSS median | exit codes |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| code | runs | wall median (min-max) | CPU median (min-max) | peak RSS median (min-max) | load avg "
+             "(min-max) | exit codes |", "|---|---|---|---|---|---|---|"]
     for v in variants:
         lines.append(f"| {v.name} | {len(v.wall)} | {statistics.median(v.wall):.2f} s ({min(v.wall):.2f}-"
-                     f"{max(v.wall):.2f}) | {statistics.median(v.cpu):.2f} s | {statistics.median(v.rss_mb):.0f} MB "
-                     f"| {','.join(str(c) for c in sorted(set(v.codes)))} |")
+                     f"{max(v.wall):.2f}) | {statistics.median(v.cpu):.2f} s ({min(v.cpu):.2f}-{max(v.cpu):.2f}) | "
+                     f"{statistics.median(v.rss_mb):.0f} MB ({min(v.rss_mb):.0f}-{max(v.rss_mb):.0f}) | "
+                     f"{statistics.median(v.load):.1f} ({min(v.load):.1f}-{max(v.load):.1f}) | "
+                     f"{','.join(str(c) for c in sorted(set(v.codes)))} |")
     return "\n".join(lines)
 
 
@@ -100,13 +107,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"warm-up {v.name}: {wall:.1f} s, exit {code}", file=sys.stderr)
             for i in range(args.runs):
                 for v in variants:
+                    load = os.getloadavg()[0]
                     wall, cpu, rss, code = run_once(v, host, data_dir, model_cache)
                     v.wall.append(wall)
                     v.cpu.append(cpu)
                     v.rss_mb.append(rss)
                     v.codes.append(code)
-                    print(f"run {i + 1} {v.name}: wall {wall:.2f} s, CPU {cpu:.2f} s, RSS {rss:.0f} MB, exit {code}",
-                          file=sys.stderr)
+                    v.load.append(load)
+                    v.lines.append(f"run {i + 1} {v.name}: wall {wall:.2f} s, CPU {cpu:.2f} s, RSS {rss:.0f} MB, "
+                                   f"exit {code}, load average {load:.1f}")
+                    print(v.lines[-1], file=sys.stderr)
         finally:
             if worktree is not None:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)],
@@ -121,11 +131,15 @@ def main(argv: list[str] | None = None) -> int:
             f"`python -m eval.bench_cold --runs {args.runs}"
             f"{f' --before-commit {args.before_commit}' if args.before_commit else ''}`: "
             f"`aidai diagnose TEXT --host sim:DIR --json` (one simulated host, fault {FAULT}) in a fresh process "
-            f"per run, after one uncounted warm-up per code version (it builds the store, the ONNX model and the "
-            f"bytecode cache); before and after runs alternate. CPU = user + system time of the process and "
-            f"its children (the simulated host's tools run as child processes), peak RSS = the CLI process's max "
-            f"resident set (os.wait4). {platform.machine()}, "
-            f"{os.cpu_count()} cores, load average at the end {load[0]:.1f}.\n\n{result}\n", encoding="utf-8")
+            f"per run (`python -m agent.cli.main`, what the console script runs), after one uncounted warm-up per "
+            f"code version (it builds the store, the ONNX model, the taxonomy vectors and the bytecode cache); "
+            f"before and after runs alternate. CPU = user + system time of the process and its children (the "
+            f"simulated host's tools run as child processes), peak RSS = the CLI process's max resident set "
+            f"(os.wait4), load avg = the machine's 1-minute load average before each run (wall times are only "
+            f"comparable at similar, low loads). {platform.machine()}, {os.cpu_count()} cores, load average at "
+            f"the end {load[0]:.1f}.\n\n{result}\n\nRuns, in the order they ran:\n\n"
+            + "".join(f"- {line}\n" for line in sorted((ln for v in variants for ln in v.lines),
+                                                        key=lambda ln: int(ln.split()[1]))), encoding="utf-8")
     return 0
 
 

@@ -219,7 +219,9 @@ def second_generator(tmp: Path, jobs: int, seed: int) -> list[str]:
     return out
 
 
-REAL_SOURCES = [  # public threads with multi-node training logs; none carries a licence that allows committing them
+REAL_SOURCES = [  # public multi-node logs; none carries a licence that allows committing them (SOURCES.md)
+    "https://github.com/elideng-sg/hypercomputer-internode-deepdive (assets/lab-13, assets/lab-15: two fault-injected "
+    "24-GPU jobs, two ranks' logs each; read them in place with --real DIR)",
     "https://github.com/pytorch/pytorch/issues/118369",
     "https://github.com/Lightning-AI/pytorch-lightning/issues/20434",
     "https://github.com/huggingface/transformers/issues/26724",
@@ -232,9 +234,9 @@ def real_logs(root: Path) -> list[str]:
     jobs = [p.parent for base in (ROOT / "tests" / "fixtures" / "l4_real", root) if base.is_dir()
             for p in sorted(base.glob("*/truth.json"))]
     if not jobs:
-        return [f"No real log sets found (tests/fixtures/l4_real/, {root}); skipped. Threads with partial multi-node "
-                "logs and no licence to copy them: " + ", ".join(REAL_SOURCES) + "."]
-    rows = ["| job | nodes | faulty node rank | stage (truth) |", "|---|---|---|---|"]
+        return [f"No real log sets found (tests/fixtures/l4_real/, {root}); skipped. Public multi-node logs without a "
+                "licence to copy them: " + ", ".join(REAL_SOURCES) + "."]
+    rows = ["| job | nodes | faulty node rank | stage (truth) | top node |", "|---|---|---|---|---|"]
     top1 = top5 = stage = 0
     for d in jobs:
         truth = json.loads((d / "truth.json").read_text(encoding="utf-8"))
@@ -242,9 +244,11 @@ def real_logs(root: Path) -> list[str]:
         ranking = [n.node for n in result.nodes]
         pos = ranking.index(truth["faulty_node"]) if truth["faulty_node"] in ranking else 99
         top1, top5, stage = top1 + (pos == 0), top5 + (pos < 5), stage + (result.stage == truth["stage"])
-        rows.append(f"| {d.name} | {len(ranking)} | {pos + 1} | {result.stage} ({truth['stage']}) |")
+        rows.append(f"| {d.name} | {len(ranking)} | {pos + 1} | {result.stage} ({truth['stage']}) | "
+                    f"{ranking[0] if ranking else '-'} |")
     n = len(jobs)
-    return [f"{n} real jobs: top-1 {top1 / n:.3f}, top-5 {top5 / n:.3f}, stage {stage / n:.3f}.", "", *rows]
+    return [f"{n} real jobs (read from {', '.join(sorted({str(d.parent) for d in jobs}))}): top-1 {top1 / n:.3f}, "
+            f"top-5 {top5 / n:.3f}, stage {stage / n:.3f}.", "", *rows]
 
 
 MEMORY_CHILD = """

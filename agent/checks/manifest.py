@@ -6,10 +6,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, Field
 
 from agent.paths import SCRIPTS_DIR
+from agent.yamlload import load_yaml
 
 Tier = Literal["passive", "active", "intrusive"]
 LIB_SCRIPTS = ("checklib.py", "checklib_gpu.py", "checklib_logs.py", "checklib_net.py", "checklib_xid.py",
@@ -56,12 +56,12 @@ class Manifest(BaseModel):
 
 @lru_cache(maxsize=4)
 def load_manifest(path: Path = SCRIPTS_DIR / "manifest.yaml") -> Manifest:
-    return Manifest.model_validate(yaml.safe_load(path.read_text()))
+    return Manifest.model_validate(load_yaml(path.read_text()))
 
 
 @lru_cache(maxsize=4)
 def load_profiles(path: Path = SCRIPTS_DIR / "profiles.yaml") -> dict[str, dict[str, Any]]:
-    return yaml.safe_load(path.read_text())
+    return load_yaml(path.read_text())
 
 
 def profile(name: str) -> dict[str, Any]:
@@ -73,4 +73,4 @@ def profile(name: str) -> dict[str, Any]:
 
 @lru_cache(maxsize=1)
 def load_known_bad(path: Path = SCRIPTS_DIR / "known_bad.yaml") -> dict[str, Any]:
-    return yaml.safe_load(path.read_text()) if path.exists() else {}
+    return load_yaml(path.read_text()) if path.exists() else {}

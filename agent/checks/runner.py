@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from pydantic import ValidationError
@@ -70,17 +71,53 @@ class CheckRunner:
         self.admit: Admit | None = None
         self.listeners: list[Callable[[CheckResult], None]] = []  # told of every result that actually executed
         self.wall_s = 0.0  # time spent waiting for checks (they run in parallel, so less than the sum)
+        self._inventory_lock = threading.Lock()  # one inventory per host, whoever asks first (see prefetch)
+        # (host, check) -> (the params it was started with, its run): started early by `prefetch`, taken by _run_one
+        self._early: dict[tuple[str, str], tuple[str, Future[ScriptRun]]] = {}
 
     # ---- what each host is ------------------------------------------------------------------------------------
     def take_inventory(self, hosts: Iterable[str] | None = None) -> dict[str, inv.Expectations]:
         """Inventory and expectations of every host (in parallel), once per host for the runner's lifetime."""
         names = list(hosts if hosts is not None else self.executors)
+        with self._inventory_lock:
+            self._take(names)
+        return {h: self.expectations[h] for h in names}
+
+    def _take(self, names: list[str]) -> None:
         todo = [h for h in names if h not in self.expectations]
         if todo:
             with ThreadPoolExecutor(max_workers=min(self.max_parallel_hosts, len(todo))) as pool:
                 for taken in pool.map(lambda h: inv.take(self.executors[h]), todo):
                     self.adopt(taken)
-        return {h: self.expectations[h] for h in names}
+
+    def prefetch(self, check_ids: Iterable[str] = ()) -> threading.Thread:
+        """Start, in the background, the inventory of every host and then the passive checks `check_ids` on the
+        hosts it can check, so that the host work overlaps whatever the caller does meanwhile (a cold CLI imports
+        its graph library). Nothing is decided early: the next `run` takes an early script run only for the same
+        host, check and params, at the moment it would have started it, and handles it exactly as one it started
+        itself (limits, listeners, cache); the early runs that `run` does not take are dropped. Checks that need
+        approval never start early. An error here is dropped too: `take_inventory` and `run` meet it again."""
+        specs = [s for s in self.allowed(check_ids) if not s.needs_approval]
+
+        def work() -> None:
+            try:
+                with self._inventory_lock:  # `run` takes this lock first: it sees every early run registered
+                    self._take(list(self.executors))
+                    jobs = [(h, s) for s in specs for h in self.executors
+                            if not self.expectations[h].cannot_check and (h, s.id) not in self.cache]
+                    started = []
+                    for host, spec in jobs:
+                        params = self._params(host)
+                        future: Future[ScriptRun] = Future()
+                        self._early[(host, spec.id)] = (json.dumps(params, sort_keys=True), future)
+                        started.append((future, self.executors[host], spec, params))
+                    _in_background(started, self.workers)
+            except Exception:  # best effort (see above)
+                pass
+
+        thread = threading.Thread(target=work, name="aidai-prefetch", daemon=True)
+        thread.start()
+        return thread
 
     def adopt(self, inventory: inv.HostInventory, expectations: inv.Expectations | None = None) -> None:
         """Use an inventory taken earlier (a resumed run's checkpoint holds it)."""
@@ -136,6 +173,7 @@ class CheckRunner:
         began = time.perf_counter()
         results |= self._fan_out(todo, approved)
         self.wall_s += time.perf_counter() - began
+        self._early.clear()  # good for this run only: a later run must not get a result from the past
         self._compare_across_hosts(specs, names, results)
         for key in ((n, s.id) for n, s in todo):
             self.cache[key] = results[key]
@@ -175,14 +213,20 @@ class CheckRunner:
                                reason=f"{spec.tier} check ({spec.description}; about {spec.expected_cost_s:.0f} s, "
                                       f"needs {', '.join(spec.needs) or 'nothing'}) was not approved; "
                                       f"it runs only with the operator's approval")
-        executor = self.executors[host]
-        params = {"host": host, "profile": self.expectations[host].values, "known_bad": load_known_bad(),
-                  "window_s": 7200, **({"raw_limit": RAW_LIMIT_CHARS} if self.raw_sink else {}), **self.params}
-        run = executor.run_script(spec.script_path, params, spec.timeout_s)
+        params = self._params(host)
+        early = self._early.pop((host, spec.id), None)
+        if early is not None and early[0] == json.dumps(params, sort_keys=True):
+            run = early[1].result()
+        else:  # none, or started with other params (the incident's time was set since): run it now
+            run = self.executors[host].run_script(spec.script_path, params, spec.timeout_s)
         self.exit_codes[(host, spec.id)] = run.rc
         if self.raw_sink is not None and run.stdout:
             self.raw_sink(host, spec.id, run.stdout)
         return to_result(spec, host, run)
+
+    def _params(self, host: str) -> dict[str, Any]:
+        return {"host": host, "profile": self.expectations[host].values, "known_bad": load_known_bad(),
+                "window_s": 7200, **({"raw_limit": RAW_LIMIT_CHARS} if self.raw_sink else {}), **self.params}
 
     def _approved(self, spec: CheckSpec, host: str) -> bool:
         if callable(self.approve):
@@ -213,6 +257,29 @@ class CheckRunner:
                                                    message=f"{key} differs across hosts: {listing}"))
                     result.verdict = Verdict.FAIL
                     result.summary = f"{key} differs across hosts ({listing}); {result.summary}"
+
+
+def _in_background(jobs: list[tuple[Future[ScriptRun], Executor, CheckSpec, dict[str, Any]]], workers: int) -> None:
+    """Run the scripts on at most `workers` daemon threads (a process that exits early does not wait for them, as
+    it would for a ThreadPoolExecutor's), each outcome into its future."""
+    todo = list(reversed(jobs))
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not todo:
+                    return
+                future, executor, spec, params = todo.pop()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(executor.run_script(spec.script_path, params, spec.timeout_s))
+            except BaseException as exc:  # the future carries it to whoever takes the run
+                future.set_exception(exc)
+
+    for _ in range(min(workers, len(jobs))):
+        threading.Thread(target=worker, name="aidai-prefetch-run", daemon=True).start()
 
 
 def to_result(spec: CheckSpec, host: str, run: ScriptRun) -> CheckResult:

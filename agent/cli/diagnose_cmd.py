@@ -218,6 +218,12 @@ class TicketExport:
     after it with the run's redaction mapping (the ticket shows the placeholders the LLM saw)."""
 
     def __init__(self, path: Path | None, fmt: str, webhook: str | None, template: Path | None):
+        self.path = path
+        self.formats = ("md", "json") if fmt == "both" else (fmt,)
+        self.webhook: str | None = None
+        self.template: Any = None
+        if fmt == "both" and path is None and webhook is None and template is None:
+            return  # nothing to export: the exporters are not imported (a cold CLI pays for every import)
         from agent.ticket_export import ExportError, check_url, load_template
 
         if fmt not in TICKET_FORMATS:
@@ -226,10 +232,8 @@ class TicketExport:
             raise ExportError("--ticket-format needs --ticket PATH")
         if template is not None and webhook is None:
             raise ExportError("--webhook-template needs --webhook URL")
-        self.path = path
-        self.formats = ("md", "json") if fmt == "both" else (fmt,)
         self.webhook = check_url(webhook) if webhook else None
-        self.template: Any = load_template(template) if template is not None else None
+        self.template = load_template(template) if template is not None else None
 
     @property
     def wanted(self) -> bool:

@@ -13,6 +13,10 @@ cannot be checked (unreachable, no NVIDIA GPU and no driver) runs nothing.
 Every step is checkpointed; approvals of active checks and the user's feedback are LangGraph interrupts.
 Every node runs inside a guard that counts what it spent (checks, seconds, LLM tokens, steps) against the run's
 Limits; a limit reached, or the loop breaker, routes straight to `conclude`, which escalates with the reason.
+
+LangGraph (and the LangChain/LangSmith modules it pulls in, most of a second of CPU) is imported by `build` and
+where a node interrupts, not with this module: a cold CLI starts the hosts' inventory first and imports it while
+the hosts work (agent/diagnosis.py).
 """
 
 from __future__ import annotations
@@ -22,9 +26,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
-
-from langgraph.graph import END, START, StateGraph
-from langgraph.types import interrupt
 
 from agent import inventory as inv
 from agent import limits as L
@@ -107,9 +108,9 @@ class DiagnosisGraph:
                 return {}
             self._spent, self._stop, self._label = L.add(state.get("spent", {})), None, name
             self._adopt_inventory(state)
-            if (at := state["incident"].get("at")) and "incident_at" not in self.t.runner.params:
+            if "incident_at" not in self.t.runner.params and (at := incident_time(state["incident"])) is not None:
                 # the checks judge events against the incident's time, not the moment they run
-                self.t.runner.params["incident_at"] = datetime.fromisoformat(at).timestamp()
+                self.t.runner.params["incident_at"] = at
             self._checkpointed = set(state.get("results", {}))
             self._node_began, self._node_tokens = time.perf_counter(), self._tokens()
             update = node(state)
@@ -156,6 +157,8 @@ class DiagnosisGraph:
         if costly and not self._stop and (costly_too or execution.costly_needed(self.t.taxonomy, label, results)):
             undecided = [c for c in costly if c not in approvals]
             if undecided and self.t.approval == "ask":
+                from langgraph.types import interrupt
+
                 specs = [runner.manifest.get(c) for c in undecided]
                 answer = interrupt({"kind": "approval", "node": label, "checks": [
                     {"id": s.id, "tier": s.tier, "description": s.description, "expected_cost_s": s.expected_cost_s}
@@ -401,6 +404,8 @@ class DiagnosisGraph:
         return {"exploration": dumped, "path": self._trace(state, 3, "", "explore", f"{len(dumped)} suggestions")}
 
     def feedback(self, state: DiagnosisState) -> dict[str, Any]:
+        from langgraph.types import interrupt
+
         answer = interrupt({"kind": "feedback", "hypotheses": state.get("exploration", []),
                             "question": "No root cause was confirmed. What else do you see (new error lines, what "
                                         "changed, results of the steps above)? Leave empty to escalate."})
@@ -520,6 +525,8 @@ class DiagnosisGraph:
         return "summarize_again" if fresh and not state.get("stopped") else "conclude"
 
     def build(self, checkpointer: Any = None):  # type: ignore[no-untyped-def]
+        from langgraph.graph import END, START, StateGraph
+
         graph = StateGraph(DiagnosisState)
         for name in ("summarize", "inventory", "pretriage", "historical", "dfs_init", "dfs", "widen", "corroborate",
                      "explore", "feedback", "conclude"):
@@ -539,6 +546,12 @@ class DiagnosisGraph:
         graph.add_edge("summarize_again", "dfs_init")
         graph.add_edge("conclude", END)
         return graph.compile(checkpointer=checkpointer)
+
+
+def incident_time(incident: dict[str, Any]) -> float | None:
+    """The incident's time (epoch seconds) from its checkpointed form, when it gives one: the checks' `incident_at`."""
+    at = incident.get("at")
+    return datetime.fromisoformat(at).timestamp() if at else None
 
 
 def initial_state(incident: Incident) -> DiagnosisState:

@@ -1,9 +1,13 @@
-"""Load what pipeline 1 needs (Chroma's client library, the ONNX encoder) on a background thread, so that a cold
-CLI diagnosis does it while its main thread waits on the hosts (inventory, pre-triage) instead of afterwards.
+"""Import Chroma's client library on a background thread, so that a cold CLI diagnosis does it while its main
+thread builds the graph and waits on the hosts (inventory, pre-triage) instead of afterwards.
 
-Best effort: nothing is exported or built here (when the ONNX model was never exported the thread only imports
-Chroma), errors are dropped (the main thread meets them again, and reports them, when it needs the same thing),
-and everything it loads is what the diagnosis would load anyway, behind the same locks.
+Only the import: the ONNX encoder is loaded by the main thread when the first text is embedded. Creating its
+onnxruntime session on this thread made the process's peak RSS jump by ~110 MB in about one cold run in eight
+(315 MB otherwise; measured with eval/bench_cold.py's os.wait4), and it saved no time once the hosts' work overlaps
+the LangGraph import (agent/checks/runner.py `prefetch`): the two threads then only contend for the GIL.
+
+Best effort: errors are dropped (the main thread meets them again, and reports them, when it imports the same
+thing), and what it imports is what the diagnosis would import anyway, behind the same import locks.
 """
 
 from __future__ import annotations
@@ -18,13 +22,9 @@ _guard = threading.Lock()
 def _load() -> None:
     try:
         os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
-        import chromadb  # noqa: F401  (the import is the work)
-
-        from agent.knowledge import embeddings
-
-        if embeddings.onnx_path() is not None:
-            embeddings.get_model()
-    except Exception:  # best effort: the diagnosis loads these itself and reports what fails
+        # the imports are the work: Chroma, and what a local client imports when it is created
+        import chromadb.api.rust  # noqa: F401
+    except Exception:  # best effort: the diagnosis imports it itself and reports what fails
         pass
 
 

@@ -9,12 +9,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel
 
 from agent.checks.versions import known_bad_entry, vkey
 from agent.paths import KNOWLEDGE_DIR, ROOT
 from agent.preflight.collect import HostEnv
+from agent.yamlload import load_yaml
 
 RULES_PATH = KNOWLEDGE_DIR / "known_bad.yaml"
 
@@ -30,8 +30,8 @@ class RuleFinding(BaseModel):
 
 @lru_cache(maxsize=4)
 def load_rules(path: Path = RULES_PATH) -> dict[str, Any]:
-    rules = yaml.safe_load(path.read_text())
-    rules["versions"] = yaml.safe_load((ROOT / rules["version_lists"]).read_text()) or {}
+    rules = load_yaml(path.read_text())
+    rules["versions"] = load_yaml((ROOT / rules["version_lists"]).read_text()) or {}
     return rules
 
 

@@ -46,6 +46,20 @@ def _default_embed(texts: list[str]) -> np.ndarray:
     return embed(texts)
 
 
+def node_text(taxonomy: Taxonomy, label: str) -> str:
+    """What a node's similarity to an incident is measured on: its label in words and its description."""
+    return f"{label.replace('.', ' ').replace('_', ' ').lower()}: {taxonomy.node(label).description}"
+
+
+def _stored_node_vectors(taxonomy: Taxonomy, labels: list[str]) -> np.ndarray:
+    """The bundled model's vectors of these nodes' texts, kept on disk per taxonomy (its node texts' digest) and
+    model: the same texts are encoded once, not on every run (agent/knowledge/vector_cache.py)."""
+    from agent.knowledge.vector_cache import cached_embed, text_digest
+
+    every = "\n".join(f"{lb}\t{node_text(taxonomy, lb)}" for lb in taxonomy.labels())
+    return cached_embed([node_text(taxonomy, lb) for lb in labels], f"taxonomy-{text_digest(every)[:12]}")
+
+
 class OfflineReasoner:
     name = "offline"
 
@@ -81,9 +95,9 @@ class OfflineReasoner:
     def similarity(self, summary: IncidentSummary, labels: list[str]) -> dict[str, float]:
         missing = [lb for lb in labels if lb not in self._node_vectors]
         if missing:
-            texts = [f"{lb.replace('.', ' ').replace('_', ' ').lower()}: {self.taxonomy.node(lb).description}"
-                     for lb in missing]
-            for label, vector in zip(missing, self.embed(texts), strict=True):
+            vectors = (_stored_node_vectors(self.taxonomy, missing) if self.embed is _default_embed
+                       else self.embed([node_text(self.taxonomy, lb) for lb in missing]))
+            for label, vector in zip(missing, vectors, strict=True):
                 self._node_vectors[label] = vector
         if summary.query not in self._query_vectors:
             self._query_vectors = {summary.query: self.embed([summary.query])[0]}

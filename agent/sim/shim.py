@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
-from pathlib import Path
 
 from agent.sim.state import HostState
 
@@ -13,7 +13,7 @@ def main() -> None:
     # argv: [-c, HOST_DIR, MODULE, COMMAND, args...]
     host_dir, module_name, command, *args = sys.argv[1:]
     module = importlib.import_module(module_name)
-    host = HostState.load(Path(host_dir) / "host.json")
+    host = HostState.load(os.path.join(host_dir, "host.json"))
     installed = getattr(module, "installed", None)
     if installed is not None and not installed(host, command):
         sys.stderr.write(f"sh: 1: {command}: not found\n")

@@ -10,8 +10,7 @@ import json
 import types
 import typing
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.sim.state.gpu import Driver, FabricManager, Gpu, GpuProcess
 from agent.sim.state.net import Gid, Hca, NetIf
@@ -28,6 +27,9 @@ from agent.sim.state.system import (
     StackFrame,
     Thread,
 )
+
+if TYPE_CHECKING:  # pathlib is not imported at run time: a shim imports this module on every tool call
+    from pathlib import Path
 
 __all__ = [
     "Container", "Driver", "EdacCounts", "FabricManager", "Gid", "Gpu", "GpuProcess", "Hca", "HostState",
@@ -101,7 +103,8 @@ class HostState:
 
     @classmethod
     def load(cls, path: Path) -> HostState:
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        with open(path) as src:
+            return cls.from_dict(json.loads(src.read()))
 
 
 _HINTS: dict[type, dict[str, Any]] = {}

@@ -11,10 +11,11 @@ Modules import only the stdlib and `agent.sim.state`, because a shim loads them 
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
-from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 
 @dataclass
@@ -30,6 +31,9 @@ def usage_error(command: str, argv: list[str]) -> ToolOutput:
 
 
 def modules() -> list[ModuleType]:
+    import importlib  # here, not above: a shim imports this package on every tool call and never needs these
+    import pkgutil
+
     found = []
     for info in pkgutil.iter_modules(__path__):
         if not info.name.startswith("_"):
