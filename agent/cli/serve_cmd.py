@@ -38,7 +38,7 @@ def serve(
                       ] = None,
 ) -> None:
     """Serve the diagnosis API (OpenAPI at /openapi.json) and the web page at http://HOST:PORT/."""
-    err = Console(stderr=True)
+    err = Console(stderr=True, emoji=False)
     from agent.executors.hosts import HostSpecError, executors_for
     from agent.server.config import ConfigError, ServerConfig, load_tokens
 
