@@ -107,6 +107,23 @@ def test_dcgm_3x_gpu_id_per_gpu_fail_and_skip(fake: FakeTools) -> None:
     assert "GPU Memory failed on GPU3" in result["summary"]
 
 
+def test_a_memory_mismatch_no_ecc_counter_saw_is_the_gpus_fault_not_an_ecc_event(fake: FakeTools) -> None:
+    # DCGM_FR_MEMORY_MISMATCH (58), by its id (3.x objects) and by its message (2.x strings)
+    text = doc(("Hardware", [{"name": "GPU Memory", "results": [
+        {"gpu_id": "1", "status": "Fail", "warnings": [
+            {"warning": "A memory mismatch was detected on GPU 1, but no error was reported by CUDA or NVML.",
+             "error_id": 58, "error_category": 10, "error_severity": 2}]},
+        {"gpu_id": "2", "status": "Fail", "warnings": [
+            {"warning": "GPU 2 had memory errors and row remappings are pending", "error_id": 84,
+             "error_category": 1, "error_severity": 2}]}]}]), version="3.3.1")
+    result = diag(fake, text, rc=226)
+    assert ids(result, "FAIL") == {("diag_gpu_memory_mismatch", "GPU1"), ("diag_gpu_memory", "GPU2")}
+    text = doc(("Hardware", [{"name": "GPU Memory", "results": [
+        {"gpu_ids": "0", "status": "Fail",
+         "warnings": "A memory mismatch was detected on GPU 0, but no error was reported by CUDA or NVML."}]}]))
+    assert ids(diag(fake, text, rc=226), "FAIL") == {("diag_gpu_memory_mismatch", "GPU0")}
+
+
 def test_all_pass_or_skip_is_pass(fake: FakeTools) -> None:
     text = doc(("Integration", [{"name": "PCIe", "results": [{"gpu_id": "0", "status": "Skip"}]}]),
                ("Hardware", [{"name": "GPU Memory", "results": [{"gpu_id": "0", "status": "Pass"}, None]}]))

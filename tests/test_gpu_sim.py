@@ -53,7 +53,8 @@ CASES = [
     ({"fault": "gpu.fallen_off_bus"}, "pcie_link", "FAIL", ("gpu_fallen_off_bus", "GPU3")),
     ({"fault": "gpu.missing"}, "gpu_inventory", "FAIL", ("missing_gpu", "0000:5d:00")),
     ({"fault": "gpu.faulty"}, "dcgm_health", "FAIL", ("dcgm_driver", "GPU3")),
-    ({"fault": "gpu.faulty", "xid": 0}, "dcgm_diag", "FAIL", ("diag_gpu_memory", "GPU3")),
+    # DCGM_FR_MEMORY_MISMATCH: corruption no ECC counter saw, the GPU's fault rather than an ECC event
+    ({"fault": "gpu.faulty", "xid": 0}, "dcgm_diag", "FAIL", ("diag_gpu_memory_mismatch", "GPU3")),
     ({"fault": "gpu.slow"}, "clocks_thermal_power", "WARN", None),
     ({"fault": "gpu.power_brake"}, "clocks_thermal_power", "FAIL", ("power_brake", "GPU3")),
     ({"fault": "gpu.thermal_throttle", "gpu": 6}, "clocks_thermal_power", "FAIL", ("overheating", "GPU6")),

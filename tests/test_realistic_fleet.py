@@ -7,15 +7,18 @@ import json
 import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agent.agents.attribution import attribute
 from agent.checks.runner import CheckRunner
 from agent.executors.hosts import executors_for
+from agent.graph.build import DiagnosisGraph, GraphTools
 from agent.incident import Incident, IncidentSummary
 from agent.models import Verdict
 from agent.reasoning.base import Evidence, LeafJudgement
+from agent.reasoning.offline import OfflineReasoner
 from agent.reasoning.text_signals import entities
 from agent.sim.faults import FaultError
 from agent.sim.scenario import create_scenario
@@ -228,3 +231,17 @@ def test_a_host_ties_a_cause_only_on_a_job_of_several_hosts() -> None:
     suspected = summary("the job died overnight")
     suspected.entities.hosts = ["gpu-node-3"]
     assert attribute(TAXONOMY, suspected, [missing], [missing], far, hosts=4).primary == []
+
+
+def test_when_nothing_confirmed_ties_to_the_incident_its_likeliest_untested_causes_are_tested() -> None:
+    graph = DiagnosisGraph(GraphTools(taxonomy=TAXONOMY, reasoner=OfflineReasoner(TAXONOMY), runner=CheckRunner([])))
+    text = "RuntimeError: CUDA error: uncorrectable ECC error encountered; Xid 48"
+    port = judgement(PORT_DOWN, ["nic_config:port_down@mlx5_7 (FAIL)"])
+    state: Any = {"stack": [], "judgements": [port.model_dump(mode="json")], "similar": [], "path": [],
+                  "incident": Incident(text=text).model_dump(mode="json"),
+                  "summary": summary(text).model_dump(mode="json")}
+    assert graph.after_dfs(state) == "follow_reading"
+    update = graph.follow_reading(state)
+    tested = [step["node"] for step in update["path"] if step["action"] in ("confirmed", "rejected", "inconclusive")]
+    assert ECC in tested and PORT_DOWN not in tested  # the leaf the incident reads as, not what was confirmed
+    assert graph.after_dfs({**state, **update}) == "corroborate"  # once: then the run concludes (and escalates)

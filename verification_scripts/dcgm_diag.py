@@ -16,6 +16,11 @@ CONFIG_TESTS = {"persistence mode", "environment variables", "environmental vari
                 "denylist", "blacklist", "permissions and os blocks", "permissions and os-related blocks"}
 CONFIG_ERROR_IDS = {23, 25, 28, 29}  # denylisted driver, graphics processes, CUDA env, persistence mode
 CONFIG_CATEGORY = 3  # DCGM_FR_EC_SOFTWARE_CONFIG
+# DCGM_FR_MEMORY_MISMATCH (dcgm_errors.h): the memory test read back other data than it wrote and neither CUDA nor
+# NVML reported an ECC error: silent corruption on the GPU, not an ECC event ("... but no error was reported by CUDA
+# or NVML", its message in every DCGM version)
+MEMORY_MISMATCH_ID = 58
+MEMORY_MISMATCH_RE = re.compile(r"memory mismatch was detected.*no error was reported by CUDA or NVML", re.IGNORECASE)
 ROW_RE = re.compile(r"^\| (.{0,25}?)\s*\| (.*?)\s*\|$")
 TEXT_RESULT_RE = re.compile(r"^(Pass|Fail|Warn|Skip)(?: - (All|GPUs?: ([\d, ]+)))?$", re.IGNORECASE)
 ENTITY_RESULT_RE = re.compile(r"^GPU(\d+): (Pass|Fail|Warn|Skip)", re.IGNORECASE)
@@ -214,10 +219,14 @@ def judge(check, results):
                 e in CONFIG_ERROR_IDS or c == CONFIG_CATEGORY for _, e, c in warnings))
             detail = messages or next((w for w in text_warnings if entity and entity[3:] in w), "")
             text = "DCGM %s failed on %s%s" % (test, who, ": " + detail if detail else "")
+            finding = "diag_" + re.sub(r"[^a-z0-9]+", "_", test.lower()).strip("_")
             if config:
                 check.warn("diag_config", who, text + " (configuration, not hardware)", detail)
+            elif ("mem" in test.lower() and warnings
+                  and all(e == MEMORY_MISMATCH_ID or MEMORY_MISMATCH_RE.search(m) for m, e, _ in warnings)):
+                check.fail(finding + "_mismatch", who, text, detail)
             else:
-                check.fail("diag_" + re.sub(r"[^a-z0-9]+", "_", test.lower()).strip("_"), who, text, detail)
+                check.fail(finding, who, text, detail)
         elif status == "warn":
             check.warn("diag_warning", who, "DCGM %s warning on %s%s" % (test, who, ": " + messages if messages
                                                                         else ""), messages)

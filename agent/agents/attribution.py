@@ -91,10 +91,12 @@ def _text_fit(taxonomy: Taxonomy, summary: IncidentSummary, label: str) -> bool:
 
 
 def _link(taxonomy: Taxonomy, summary: IncidentSummary, judgement: LeafJudgement, events: set[str],
-          rank: int | None, hosts: int) -> tuple[int, str]:
-    """(score, why): 2 for the text, 1 for an event in the incident's window, 1 for a shared entity, 1 for the
-    reading, -1 when the incident names others of a kind."""
-    score, why = 0, []
+          rank: int | None, hosts: int) -> tuple[float, str]:
+    """(score, why): 2 for the text, 1 for an event in the incident's window, 1 for a shared entity, 0.5 for the
+    reading (a prior, not evidence of this incident: it ties a leaf, but its lines, an event or a named device tie
+    one closer), -1 when the incident names others of a kind."""
+    score: float = 0
+    why: list[str] = []
     if _text_fit(taxonomy, summary, judgement.label):
         score += 2
         why.append("the incident's lines match it")
@@ -120,7 +122,7 @@ def _link(taxonomy: Taxonomy, summary: IncidentSummary, judgement: LeafJudgement
         why.append("it is on " + ", ".join(sorted(gpus | devices)) + "; the incident names "
                    + ", ".join(sorted(named_gpus | named_devices)))
     if rank is not None and rank <= READING_TOP:
-        score += 1
+        score += 0.5
         why.append(f"the incident reads like it (its likely cause no. {rank} before any check)")
     return score, "; ".join(why) or "nothing ties it to the incident: not its lines, what they name, its window " \
                                     "or its likely causes"

@@ -112,7 +112,7 @@ def show(
     from agent.audit import AuditError, audit_path, read
     from agent.diagnosis import DiagnoseOptions, runs_dir
 
-    err = Console(stderr=True)
+    err = Console(stderr=True, emoji=False)
     try:
         path = audit_path(runs_dir(DiagnoseOptions(data_dir=str(data_dir) if data_dir else None)), run)
         events, problems = read(path)
@@ -124,5 +124,5 @@ def show(
     if as_json:
         print(json.dumps(events, indent=1, default=str))
         return
-    Console().print(audit_table(run, events))
+    Console(emoji=False).print(audit_table(run, events))
 

@@ -59,7 +59,7 @@ def chat(
     key: KeyOpt = None,
 ) -> None:
     """Describe a problem, answer a few questions, get a diagnosis (or an escalation ticket for the provider)."""
-    console = Console()
+    console = Console(emoji=False)
     with clean_errors(console):
         check_profile(profile)
         hosts = list(host or ["local"])

@@ -18,7 +18,7 @@ from agent.executors.hosts import SPEC_HELP, HostSpecError, SshOptions, executor
 from agent.models import CheckResult, Verdict
 
 app = typer.Typer(help="List and run verification checks on hosts.", no_args_is_help=True)
-console = Console()
+console = Console(emoji=False)
 
 VERDICT_STYLE = {Verdict.PASS: "green", Verdict.WARN: "yellow", Verdict.FAIL: "bold red", Verdict.UNKNOWN: "magenta"}
 

@@ -31,7 +31,7 @@ from agent.paths import KNOWLEDGE_DIR
 from agent.sim.scenario import find_record, scenario_from_record
 
 EXAMPLES = KNOWLEDGE_DIR / "examples" / "demo_incidents.jsonl"
-console = Console()
+console = Console(emoji=False)
 
 
 def demo(

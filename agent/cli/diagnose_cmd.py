@@ -321,8 +321,8 @@ def diagnose(
 ) -> None:
     """Diagnose an incident: similar past incidents, then a search of the fault taxonomy with verification checks
     on the hosts, then suggestions. Exit code 0 resolved, 1 unresolved (escalate), 2 bad input."""
-    err = Console(stderr=True)
-    out = Console()
+    err = Console(stderr=True, emoji=False)
+    out = Console(emoji=False)
     with clean_errors(err):
         if approve_active and ask:
             raise IncidentError("--approve-active and --ask exclude each other")

@@ -137,7 +137,7 @@ def eval_command(
 ) -> None:
     """Benchmark diagnosis methods on incident records with simulated hosts: micro/macro F1 at three levels,
     per-category scores, pipeline shares, checks, LLM calls and time per incident."""
-    err = Console(stderr=True)
+    err = Console(stderr=True, emoji=False)
     seeds: list[int | None] = [*parse_seeds(confound)] or [None]
     runs: dict[str, dict[str, dict[str, Any]]] = {}
     with clean_errors(err):

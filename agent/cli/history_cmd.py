@@ -23,7 +23,7 @@ from agent.taxonomy import TaxonomyError, load_candidate, load_taxonomy
 
 app = typer.Typer(help="Import incident history and resolved diagnoses into the past-incident DB.",
                   no_args_is_help=True)
-err = Console(stderr=True)
+err = Console(stderr=True, emoji=False)
 
 
 def _bad(message: str) -> typer.Exit:

@@ -14,8 +14,8 @@ from agent.kaiops import EPOCHS
 
 app = typer.Typer(help="Classify training-task anomalies from logs, minute metrics and hosts (KAIOPS).",
                   no_args_is_help=True)
-console = Console()
-err = Console(stderr=True)
+console = Console(emoji=False)
+err = Console(stderr=True, emoji=False)
 
 
 def _fail(message: str) -> None:

@@ -18,8 +18,8 @@ from agent.knowledge.store import ENV_CHROMA_URL, ENV_DATA_DIR, StoreError, Stor
 from agent.reasoning.base import KBPassage, PastIncident
 
 app = typer.Typer(help="Build and search the past-incident DB and the domain knowledge base.", no_args_is_help=True)
-console = Console()
-err = Console(stderr=True)
+console = Console(emoji=False)
+err = Console(stderr=True, emoji=False)
 
 ChromaUrl = Annotated[str | None, typer.Option("--chroma-url", metavar="URL",
                                                help=f"Chroma server http://host:port (env {ENV_CHROMA_URL}).")]

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="Localize faulty nodes, events, stage and iterations in a failed training job's logs.",
                   no_args_is_help=True)
-console = Console()
-err = Console(stderr=True)
+console = Console(emoji=False)
+err = Console(stderr=True, emoji=False)
 
 Success = Annotated[list[Path] | None, typer.Option("--success", metavar="DIR",
                                                     help="Logs of a successful job with the same setup (repeatable).")]

@@ -42,7 +42,7 @@ def probe_cmd(
     from agent.reasoning.probe import probe
     from agent.reasoning.structured import FORMS
 
-    err = Console(stderr=True)
+    err = Console(stderr=True, emoji=False)
     try:
         check_base_url(base_url)
     except ReasonerConfigError as exc:
@@ -67,7 +67,7 @@ def probe_cmd(
             style = STYLE.get(row.status, "")
             table.add_row(row.form, f"[{style}]{row.status}[/]", f"{row.seconds:.2f}", str(row.calls),
                           str(row.prompt_tokens), str(row.completion_tokens), escape(row.detail[:200]))
-        console = Console()
+        console = Console(emoji=False)
         console.print(table)
         console.print(("[green]" if result.runs else "[red]") + escape(result.verdict) + "[/]")
     raise typer.Exit(EXIT_RUNS if result.runs else EXIT_WOULD_NOT_RUN)

@@ -62,7 +62,7 @@ def mcp(
 ) -> None:
     """Serve aidai to MCP clients (assistants): list and run checks, start and follow diagnoses, approve, answer,
     fetch tickets, search past incidents and the taxonomy. Runs share the data dir with `aidai serve`."""
-    err = Console(stderr=True)
+    err = Console(stderr=True, emoji=False)
     from agent.audit import local_user
     from agent.executors.hosts import HostSpecError, executors_for
     from agent.server.config import Caller, ConfigError, ServerConfig, load_tokens

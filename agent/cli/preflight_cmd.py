@@ -12,8 +12,8 @@ from rich.table import Table
 from agent.executors.hosts import SPEC_HELP, HostSpecError
 from agent.preflight import run
 
-console = Console()
-err = Console(stderr=True)
+console = Console(emoji=False)
+err = Console(stderr=True, emoji=False)
 STYLE = {"FAIL": "bold red", "WARN": "yellow"}
 
 

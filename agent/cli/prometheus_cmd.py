@@ -26,7 +26,7 @@ def prometheus(
 ) -> None:
     """Rank hosts from their dcgm-exporter metrics in Prometheus (XID errors, ECC and row remaps, NVLink and PCIe
     errors, throttle reasons, temperatures)."""
-    err, out = Console(stderr=True), Console()
+    err, out = Console(stderr=True, emoji=False), Console(emoji=False)
     from pathlib import Path
 
     from agent.incident import Incident, IncidentError

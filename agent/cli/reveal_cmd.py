@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 app = typer.Typer(help="Collect host telemetry and detect anomalous windows in it (Reveal).", no_args_is_help=True)
-console = Console()
-err = Console(stderr=True)
+console = Console(emoji=False)
+err = Console(stderr=True, emoji=False)
 
 
 def _fail(message: str) -> None:

@@ -40,7 +40,7 @@ def serve(
 ) -> None:
     """Serve the diagnosis API (OpenAPI at /openapi.json), the web page at http://HOST:PORT/ and the server's own
     metrics for Prometheus at /metrics (a bearer token once tokens are configured, like the API)."""
-    err = Console(stderr=True)
+    err = Console(stderr=True, emoji=False)
     from agent.executors.hosts import HostSpecError, executors_for
     from agent.prometheus.client import PrometheusUrlError, check_url
     from agent.server.config import ConfigError, ServerConfig, load_tokens

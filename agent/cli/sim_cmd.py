@@ -17,7 +17,7 @@ from agent.sim.faults.registry import parse_cli_spec
 from agent.sim.scenario import DEFAULT_VIEW, VIEWS, create_scenario, scenario_from_record
 
 app = typer.Typer(help="Simulated GPU hosts that render real tool output.", no_args_is_help=True)
-console = Console()
+console = Console(emoji=False)
 
 
 @app.command("create")

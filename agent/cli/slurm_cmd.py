@@ -57,7 +57,7 @@ def _act(run: str | None, data_dir: Path | None, action: str, call: Callable[...
     from agent.slurm.drain import open_log
     from agent.slurm.scontrol import SlurmError
 
-    err = Console(stderr=True)
+    err = Console(stderr=True, emoji=False)
     try:
         audit = open_log((data_dir or default_data_dir()) / "runs", run)
         outcome = call(audit=audit, operator=local_user())
@@ -65,7 +65,7 @@ def _act(run: str | None, data_dir: Path | None, action: str, call: Callable[...
         err.print(f"[red]error: {escape(str(exc))}[/]", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     colour = "green" if outcome.changed else "yellow" if outcome.refused else "default"
-    Console().print(f"[{colour}]{escape(outcome.message)}[/]", highlight=False, soft_wrap=True)
+    Console(emoji=False).print(f"[{colour}]{escape(outcome.message)}[/]", highlight=False, soft_wrap=True)
     if outcome.changed or outcome.refused:
         err.print(f"[dim]{action} recorded in {escape(str(audit.path))}[/]", highlight=False, soft_wrap=True)
     raise typer.Exit(EXIT_REFUSED if outcome.refused else EXIT_DONE)
@@ -90,7 +90,7 @@ def drain(
     breaker, recorded in the audit log. Exit 0 drained, 1 refused, 2 bad input or Slurm error."""
     from agent.slurm.drain import drain as drain_node
 
-    approve = _approver(yes, Console(stderr=True))
+    approve = _approver(yes, Console(stderr=True, emoji=False))
     _act(run, data_dir, "the drain", lambda **kw: drain_node(node, reason, approve=approve, share=max_drained_share,
                                                              force=force, **kw))
 
@@ -107,5 +107,5 @@ def resume(
     refuses a node drained for another reason unless --force. Exit 0 resumed, 1 refused, 2 bad input."""
     from agent.slurm.drain import resume as resume_node
 
-    approve = _approver(yes, Console(stderr=True))
+    approve = _approver(yes, Console(stderr=True, emoji=False))
     _act(run, data_dir, "the resume", lambda **kw: resume_node(node, approve=approve, force=force, **kw))

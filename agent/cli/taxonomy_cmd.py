@@ -38,7 +38,7 @@ def _load(path: Path | None) -> Taxonomy:
     try:
         return load_taxonomy(path)
     except TaxonomyError as exc:
-        Console(stderr=True).print(f"[red]{escape(str(exc))}[/]")
+        Console(stderr=True, emoji=False).print(f"[red]{escape(str(exc))}[/]")
         raise typer.Exit(1) from exc
 
 
@@ -61,9 +61,9 @@ def show(
         return
     tree = Tree(_line(target))
     _add(tree, target, depth)
-    console = Console()
+    console = Console(emoji=False)
     if not console.is_terminal:  # piped output (grep, less): one line per node, never wrapped at 80 columns
-        console = Console(width=400)
+        console = Console(width=400, emoji=False)
     console.print(tree)
 
 
@@ -94,7 +94,7 @@ HistoryFiles = Annotated[list[Path], typer.Option("--history", metavar="FILE",
 
 
 def _bad(message: str) -> typer.Exit:
-    Console(stderr=True).print(f"[red]error: {escape(message)}[/]", highlight=False, soft_wrap=True)
+    Console(stderr=True, emoji=False).print(f"[red]error: {escape(message)}[/]", highlight=False, soft_wrap=True)
     return typer.Exit(2)
 
 
@@ -109,7 +109,7 @@ def _history_records(files: list[Path], skip_bad: bool) -> list[Any]:
     from agent.history.records import read_history
 
     records, bad = [], 0
-    err = Console(stderr=True)
+    err = Console(stderr=True, emoji=False)
     for path in files:
         try:
             result = read_history(path)

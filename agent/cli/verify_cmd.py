@@ -72,8 +72,8 @@ def verify(
 ) -> None:
     """Verify a fix: run again the checks that confirmed each cause of RUN on the same hosts and say, per cause,
     cleared / still failing / could not check. Exit 0 all cleared, 1 otherwise, 2 bad input."""
-    err = Console(stderr=True)
-    out = Console()
+    err = Console(stderr=True, emoji=False)
+    out = Console(emoji=False)
     with clean_errors(err):
         from agent.audit import local_user
         from agent.verify import Verifier, VerifyError

@@ -4,6 +4,8 @@ summarize → inventory → pretriage ─no host can be checked→ conclude
                           └→ historical (pipeline 1) ─confirmed→ corroborate → conclude
                                    └→ dfs_init → dfs (pipeline 2, one step per super-step, explicit stack)
                                         ─confirmed→ corroborate → conclude
+                                        ─confirmed, but none ties to the incident→ follow_reading (the incident's
+                                                   likeliest causes still untested) → corroborate → conclude
                                         └→ widen (once: every branch with an untested leaf) → dfs_init
                                         └→ explore (pipeline 3) → feedback ─answer→ summarize again → dfs_init
                                                                            └→ conclude (escalate)
@@ -30,7 +32,7 @@ from typing import Any, Literal
 from agent import inventory as inv
 from agent import limits as L
 from agent.agents import conclusion, execution, planning, reflection, summarization
-from agent.agents.attribution import Attribution, attribute
+from agent.agents.attribution import READING_TOP, Attribution, attribute
 from agent.checks.runner import CheckRunner
 from agent.evidence import unexplained
 from agent.graph.state import (
@@ -326,6 +328,13 @@ class DiagnosisGraph:
             path.append({"pipeline": 1, "node": "ROOT", "action": "continue",
                          "detail": "not explained: " + ", ".join(left[:5])})
             confirmed = []
+        if confirmed and not self._attribute({**state, **update, "judgements": [  # type: ignore[misc]
+                j.model_dump(mode="json") for j in judgements]}).primary:
+            # what history pointed at is on the hosts, but nothing ties it to this incident: search on
+            path.append({"pipeline": 1, "node": "ROOT", "action": "continue",
+                         "detail": "confirmed, but nothing ties it to this incident: " + ", ".join(
+                             j.label for j in confirmed)})
+            confirmed = []
         update.update({"judgements": [j.model_dump(mode="json") for j in judgements], "path": path,
                        "memory": memory, "pipeline": 1 if confirmed else 0})
         return update
@@ -416,6 +425,22 @@ class DiagnosisGraph:
         return {"feedback": [*state.get("feedback", []), text], "feedback_rounds": rounds, "widened": False,
                 "path": self._trace(state, 3, "", "feedback", text[:200])}
 
+    def follow_reading(self, state: DiagnosisState) -> dict[str, Any]:
+        """What the walk confirmed does not explain this incident (old or unrelated problems the hosts carry): test
+        the incident's likeliest causes the walk left untested before concluding."""
+        update: dict[str, Any] = {"read_followed": True}
+        judgements = load_judgements(state)
+        path = self._trace(state, 2, "", "follow_reading", "what was confirmed does not explain the incident")
+        for label in self._unread(state):
+            if self._stop:
+                break
+            _, changes = self._execute({**state, **update}, label)  # type: ignore[misc]
+            update.update(changes)
+            judgement = self._judge({**state, **update}, label, 2)  # type: ignore[misc]
+            judgements = [j for j in judgements if j.label != label] + [judgement]
+            path.append({"pipeline": 2, "node": label, "action": judgement.status, "detail": judgement.why})
+        return {**update, "path": path, "judgements": [j.model_dump(mode="json") for j in judgements]}
+
     def corroborate(self, state: DiagnosisState) -> dict[str, Any]:
         """Several leaves confirmed: run the active checks their passive evidence let us skip, and judge them
         again on everything, so which cause comes first rests on all the evidence, not on the visiting order."""
@@ -445,17 +470,25 @@ class DiagnosisGraph:
         judgements = [fresh.get(j.label, j) for j in load_judgements(state)]
         return {**update, "path": path, "judgements": [j.model_dump(mode="json") for j in judgements]}
 
+    def _reading(self, state: DiagnosisState) -> dict[str, int]:
+        summary = self._summary(state)
+        similar = [PastIncident.model_validate(p) for p in state.get("similar", [])]
+        return planning.reading(self.t.reader or self.t.reasoner, self.t.taxonomy, summary, similar)
+
     def _attribute(self, state: DiagnosisState) -> Attribution:
         """Which confirmed leaves are this incident's causes (agents/attribution.py)."""
         judgements = load_judgements(state)
         confirmed = [j for j in judgements if j.status == "confirmed"]
         if not confirmed:
             return Attribution()
-        summary = self._summary(state)
-        similar = [PastIncident.model_validate(p) for p in state.get("similar", [])]
-        reading = planning.reading(self.t.reader or self.t.reasoner, self.t.taxonomy, summary, similar)
         hosts = len(state.get("inventory") or {}) or len(Incident.model_validate(state["incident"]).hosts)
-        return attribute(self.t.taxonomy, summary, confirmed, judgements, reading, hosts)
+        return attribute(self.t.taxonomy, self._summary(state), confirmed, judgements, self._reading(state), hosts)
+
+    def _unread(self, state: DiagnosisState) -> list[str]:
+        """The incident's likeliest causes (its reading's first READING_TOP leaves) that nothing judged yet."""
+        judged = {j["label"] for j in state.get("judgements", [])}
+        reading = self._reading(state)
+        return [label for label in sorted(reading, key=reading.__getitem__)[:READING_TOP] if label not in judged]
 
     def conclude(self, state: DiagnosisState) -> dict[str, Any]:
         found = self._attribute(state)
@@ -504,13 +537,15 @@ class DiagnosisGraph:
             return "conclude"
         return "corroborate" if state.get("pipeline") == 1 else "dfs_init"
 
-    @staticmethod
-    def after_dfs(state: DiagnosisState) -> str:
+    def after_dfs(self, state: DiagnosisState) -> str:
         if state.get("stopped"):
             return "conclude"
         if state["stack"]:
             return "dfs"
         if any(j["status"] == "confirmed" for j in state.get("judgements", [])):
+            if (not state.get("read_followed") and not self._attribute(state).primary
+                    and self._unread(state)):
+                return "follow_reading"
             return "corroborate"
         return "explore" if state.get("widened") else "widen"
 
@@ -528,8 +563,8 @@ class DiagnosisGraph:
         from langgraph.graph import END, START, StateGraph
 
         graph = StateGraph(DiagnosisState)
-        for name in ("summarize", "inventory", "pretriage", "historical", "dfs_init", "dfs", "widen", "corroborate",
-                     "explore", "feedback", "conclude"):
+        for name in ("summarize", "inventory", "pretriage", "historical", "dfs_init", "dfs", "widen", "follow_reading",
+                     "corroborate", "explore", "feedback", "conclude"):
             graph.add_node(name, self._guarded(name, getattr(self, name)))
         graph.add_node("summarize_again", self._guarded("summarize_again", self.summarize))
         graph.add_edge(START, "summarize")
@@ -538,7 +573,9 @@ class DiagnosisGraph:
         graph.add_conditional_edges("pretriage", self.after_pretriage, ["historical", "conclude"])
         graph.add_conditional_edges("historical", self.after_historical, ["corroborate", "dfs_init", "conclude"])
         graph.add_edge("dfs_init", "dfs")
-        graph.add_conditional_edges("dfs", self.after_dfs, ["dfs", "corroborate", "widen", "explore", "conclude"])
+        graph.add_conditional_edges("dfs", self.after_dfs, ["dfs", "follow_reading", "corroborate", "widen", "explore",
+                                                            "conclude"])
+        graph.add_edge("follow_reading", "corroborate")
         graph.add_edge("corroborate", "conclude")
         graph.add_edge("widen", "dfs_init")
         graph.add_conditional_edges("explore", self.after_explore, ["feedback", "conclude"])

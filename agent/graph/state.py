@@ -33,6 +33,7 @@ class DiagnosisState(TypedDict, total=False):
     memory: list[dict[str, Any]]  # Observations the planner sees (branch-scoped during the DFS)
     stack: list[Frame]
     widened: bool  # the second DFS pass that visits every branch with an untested leaf
+    read_followed: bool  # the incident's likeliest causes the walk left untested were tested (follow_reading)
     judgements: list[dict[str, Any]]  # every leaf tested, in order
     path: list[dict[str, Any]]  # {pipeline, node, action, detail}: the DFS trace for the report
     approvals: dict[str, bool]  # check id -> the user's answer for active/intrusive checks
