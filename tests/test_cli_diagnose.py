@@ -80,6 +80,15 @@ def test_diagnose_ticket_and_report(ecc_host: tuple[Path, dict], data_dir: Path,
     assert unapproved and unapproved[0]["verdict"] == "UNKNOWN" and "approval" in unapproved[0]["summary"]
 
 
+def test_the_report_prints_a_pci_bus_id_as_the_tools_print_it(tmp_path: Path, data_dir: Path) -> None:
+    # GPU 5 of an HGX board sits at 00000000:AB:00.0, and `:AB:` is an emoji code to Rich (🆎): never markup
+    root = create_scenario(tmp_path / "sim", faults=[{"fault": "gpu.ecc_uncorrectable", "gpu": 5}]).root
+    result = _diagnose("RuntimeError: CUDA error: uncorrectable ECC error encountered on GPU 5", "--host",
+                       f"sim:{root}", data=data_dir)
+    assert result.exit_code == 0, result.output
+    assert "00000000:AB:00.0" in result.stdout and "\U0001f18e" not in result.stdout
+
+
 def test_diagnose_text_from_file_and_stdin_errors(data_dir: Path, tmp_path: Path) -> None:
     missing = _diagnose("--file", str(tmp_path / "nope.log"), "--host", "local", data=data_dir)
     assert missing.exit_code == 2

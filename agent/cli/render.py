@@ -455,7 +455,7 @@ def _grid(rows: list[tuple[str, str]], indent: int = 0) -> RenderableType:
     grid.add_column(style="dim", no_wrap=True)
     grid.add_column(overflow="fold")
     for key, value in rows:
-        grid.add_row(key, Text.from_markup(value))
+        grid.add_row(key, Text.from_markup(value, emoji=False))
     return Padding(grid, (0, 0, 0, indent)) if indent else grid
 
 
@@ -469,13 +469,13 @@ def report_panel(report: Report, *, resume_hint: str = "", approve_hint: str = C
         head = f"[bold green]RESOLVED[/] by {PIPELINES.get(report.pipeline, f'pipeline {report.pipeline}')}"
     else:
         head = "[bold yellow]UNRESOLVED[/]: no root cause confirmed; escalate to the provider"
-    parts.append(Text.from_markup(head))
+    parts.append(Text.from_markup(head, emoji=False))
     if report.title:
         parts.append(_grid([("incident", escape(_clip(report.title, 200)))]))
     for i, cause in enumerate(report.root_causes, 1):
         severity = f", {escape(cause.severity)}" if cause.severity else ""
         parts.append(Text.from_markup(f"\n[bold]{i}. {escape(cause.label)}[/]  confidence {cause.confidence:.2f}"
-                                      f"{severity}"))
+                                      f"{severity}", emoji=False))
         rows = [("where", escape("; ".join(cause.where)))] if cause.where else []
         rows += [("evidence", escape(line)) for line in cause.evidence] or [("why", escape(cause.why))]
         rows += [("line", escape(_clip(line, 300))) for line in cause.lines[:3]]
@@ -485,7 +485,8 @@ def report_panel(report: Report, *, resume_hint: str = "", approve_hint: str = C
             rows.append(("fix", escape(_clip(cause.runbook, 400))))
         parts.append(_grid(rows, indent=3))
     if report.also_found:
-        parts.append(Text.from_markup("\n[bold]also found on the hosts, not the cause of this incident[/]"))
+        parts.append(Text.from_markup("\n[bold]also found on the hosts, not the cause of this incident[/]",
+                                      emoji=False))
         for cause in report.also_found:
             where = f" on {'; '.join(cause.where)}" if cause.where else ""
             parts.append(Text(f" • {cause.label}{where}: {_clip(cause.link, 200)}"))
@@ -493,9 +494,9 @@ def report_panel(report: Report, *, resume_hint: str = "", approve_hint: str = C
         if report.explanation:
             parts.append(Text(report.explanation))
         if report.exploration:
-            parts.append(Text.from_markup("\n[bold]worth looking at next[/]"))
+            parts.append(Text.from_markup("\n[bold]worth looking at next[/]", emoji=False))
             for h in report.exploration[:4]:
-                parts.append(Text.from_markup(f" • {escape(_clip(h.title, 160))}"))
+                parts.append(Text.from_markup(f" • {escape(_clip(h.title, 160))}", emoji=False))
                 if h.steps:
                     parts.append(_grid([("-", escape(_clip(s, 160))) for s in h.steps[:3]], indent=3))
     waiting = sorted({r.check for r in report.results
