@@ -128,6 +128,10 @@ bench-diagnosis: install
 	$(BIN)/aidai eval --incidents $(DEV_INCIDENTS) --method aidai --no-seed --leave-one-out --out $(BENCH_OUT) \
 		--tag leave-one-out
 	$(BIN)/aidai eval --incidents $(DEV_INCIDENTS) --method aidai $(UNSEEN_LABELS) --out $(BENCH_OUT) --tag unseen
-	$(BIN)/aidai eval --incidents $(DEV_INCIDENTS) $(CONFOUND_METHODS) --confound 1,2,3 --out $(BENCH_OUT) --tag confound
-	$(BIN)/aidai eval --incidents $(DEV_INCIDENTS) $(CONFOUND_METHODS) --confound 1 --controls --out $(BENCH_OUT) \
+	$(BIN)/aidai eval --incidents $(DEV_INCIDENTS) $(CONFOUND_METHODS) --confound 1,2,3 --trace --out $(BENCH_OUT) \
+		--tag confound
+	$(BIN)/aidai eval --incidents $(DEV_INCIDENTS) $(CONFOUND_METHODS) --confound 1 --controls --trace --out $(BENCH_OUT) \
 		--tag controls-1
+	$(BIN)/python -m eval.attribution_sweep --incidents $(DEV_INCIDENTS) --rows $(BENCH_OUT)/confound-1.rows.jsonl \
+		$(BENCH_OUT)/confound-2.rows.jsonl $(BENCH_OUT)/confound-3.rows.jsonl \
+		--controls $(BENCH_OUT)/controls-1.rows.jsonl --out $(BENCH_OUT)/attribution.md
