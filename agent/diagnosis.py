@@ -27,8 +27,8 @@ from agent.bundle import BundledCause, BundleInfo, Spool, confirming, write_bund
 from agent.checkpoints import open_store
 from agent.checks.runner import DEFAULT_PARALLEL_HOSTS, CheckRunner
 from agent.executors.hosts import SshOptions, executors_for
-from agent.graph.build import Approval, DiagnosisGraph, Emit, GraphTools, incident_time, initial_state
-from agent.graph.state import DiagnosisState, load_results
+from agent.graph.build import Approval, DiagnosisGraph, Emit, GraphTools
+from agent.graph.state import DiagnosisState, incident_time, initial_state, load_results
 from agent.incident import Incident
 from agent.limits import Limits
 from agent.preflight.collect import CHECKS as PREFLIGHT_CHECKS
@@ -200,7 +200,7 @@ class Diagnoser:
         prefetch = getattr(self.runner, "prefetch", None)
         if prefetch is None:  # a stand-in runner
             return
-        at = incident_time(initial_state(incident)["incident"])
+        at = incident_time(incident.model_dump(mode="json"))
         if "incident_at" not in self.runner.params and at is not None:  # as the graph's guard would set it
             self.runner.params["incident_at"] = at
         limited = self.options.max_checks is not None or self.options.max_wall_s is not None

@@ -8,7 +8,8 @@ from typing import Any
 
 from agent.checks.runner import CheckRunner
 from agent.executors.hosts import executors_for
-from agent.graph.build import DiagnosisGraph, GraphTools, initial_state
+from agent.graph.build import DiagnosisGraph, GraphTools
+from agent.graph.state import initial_state
 from agent.incident import Incident
 from agent.models import CheckResult, Verdict
 from agent.reasoning.offline import OfflineReasoner

@@ -14,7 +14,8 @@ from agent.checks.runner import CheckRunner
 from agent.cli.main import app
 from agent.diagnosis import DiagnoseOptions, Diagnoser
 from agent.executors.hosts import executors_for
-from agent.graph.build import DiagnosisGraph, GraphTools, initial_state
+from agent.graph.build import DiagnosisGraph, GraphTools
+from agent.graph.state import initial_state
 from agent.incident import Incident
 from agent.l4.simulate import JobSpec, simulate_job
 from agent.models import ToolResult

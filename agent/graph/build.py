@@ -26,7 +26,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Literal
 
 from agent import inventory as inv
@@ -35,10 +34,12 @@ from agent.agents import conclusion, execution, planning, reflection, summarizat
 from agent.agents.attribution import READING_TOP, Attribution, attribute
 from agent.checks.runner import CheckRunner
 from agent.evidence import unexplained
+from agent.graph.explain import cannot_check_explanation, nothing_checkable, stopped_explanation
 from agent.graph.state import (
     DiagnosisState,
     Frame,
     dump_result,
+    incident_time,
     load_judgements,
     load_memory,
     load_results,
@@ -583,51 +584,3 @@ class DiagnosisGraph:
         graph.add_edge("summarize_again", "dfs_init")
         graph.add_edge("conclude", END)
         return graph.compile(checkpointer=checkpointer)
-
-
-def incident_time(incident: dict[str, Any]) -> float | None:
-    """The incident's time (epoch seconds) from its checkpointed form, when it gives one: the checks' `incident_at`."""
-    at = incident.get("at")
-    return datetime.fromisoformat(at).timestamp() if at else None
-
-
-def initial_state(incident: Incident) -> DiagnosisState:
-    return {"incident": incident.model_dump(mode="json"), "results": {}, "memory": [], "judgements": [], "path": [],
-            "approvals": {}, "approved_by": {}, "pipeline": 0, "feedback": [], "feedback_rounds": 0, "spent": {}}
-
-
-
-def nothing_checkable(state: DiagnosisState) -> bool:
-    """The inventory found no host whose checks can run (a run checkpointed before the inventory step has none)."""
-    saved = state.get("inventory")
-    return saved is not None and all(s["expectations"].get("cannot_check") for s in saved.values())
-
-
-def cannot_check_explanation(state: DiagnosisState) -> str:
-    """The answer when no host could be checked: which, why, and that nothing was confirmed or rejected."""
-    lines = [inv.Expectations.model_validate(saved["expectations"]).line() + "."
-             for saved in state.get("inventory", {}).values()]
-    lines = [line[0].upper() + line[1:] for line in lines]
-    lines.append("Nothing was confirmed or rejected: no verification ran. Run aidai on the GPU node, or name the node "
-                 "with --host; escalate with this ticket if the node itself cannot be reached.")
-    return " ".join(lines)
-
-
-def stopped_explanation(stop: L.Stop | dict[str, Any], state: DiagnosisState, confirmed: list[LeafJudgement]) -> str:
-    """The conclusion of a stopped run: which limit, and what was tried before it (for the escalation)."""
-    results = load_results(state)
-    judged = load_judgements(state)
-    counts = {s: sum(j.status == s for j in judged) for s in ("confirmed", "rejected", "inconclusive")}
-    last = next((step["node"] for step in reversed(state.get("path", [])) if step.get("node") not in ("", "ROOT")),
-                "")
-    parts = [f"Investigation stopped: {stop['message']}.",
-             f"Tried so far: {state.get('spent', {}).get('checks', len(results))} check run(s) on "
-             f"{len({r.host for r in results}) or 'the'} host(s); "
-             f"{len(judged)} hypothesis(es) tested ({counts['confirmed']} confirmed, {counts['rejected']} rejected, "
-             f"{counts['inconclusive']} inconclusive)" + (f"; last node {last}." if last else ".")]
-    if confirmed:
-        parts.append("Confirmed before the stop: " + ", ".join(j.label for j in confirmed) + ".")
-    else:
-        parts.append("No root cause was confirmed before the stop: escalate with this ticket, or run it again "
-                     "with a higher limit.")
-    return " ".join(parts)

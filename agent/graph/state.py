@@ -3,8 +3,10 @@ resumed by another process (pydantic objects are dumped on the way in and rebuil
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, TypedDict
 
+from agent.incident import Incident
 from agent.models import CheckResult
 from agent.reasoning.base import LeafJudgement, Observation
 
@@ -66,3 +68,14 @@ def load_memory(state: DiagnosisState) -> list[Observation]:
 
 def load_judgements(state: DiagnosisState) -> list[LeafJudgement]:
     return [LeafJudgement.model_validate(j) for j in state.get("judgements", [])]
+
+
+def incident_time(incident: dict[str, Any]) -> float | None:
+    """The incident's time (epoch seconds) from its checkpointed form, when it gives one: the checks' `incident_at`."""
+    at = incident.get("at")
+    return datetime.fromisoformat(at).timestamp() if at else None
+
+
+def initial_state(incident: Incident) -> DiagnosisState:
+    return {"incident": incident.model_dump(mode="json"), "results": {}, "memory": [], "judgements": [], "path": [],
+            "approvals": {}, "approved_by": {}, "pipeline": 0, "feedback": [], "feedback_rounds": 0, "spent": {}}
