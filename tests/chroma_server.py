@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import stop
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -57,9 +59,4 @@ def running_chroma(root: Path) -> Iterator[str]:
                 time.sleep(0.3)  # polling for readiness, not a timing assertion
             yield url
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=15)
+            stop(proc, grace_s=15)

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.chroma_server import free_port
+from tests.processes import stop
 
 READY_WITHIN_S = 90.0  # generous: a loaded 2-core machine; polling ends as soon as it is ready
 
@@ -79,12 +80,7 @@ def running_prometheus(root: Path, jobs: list[dict[str, Any]]) -> Iterator[str]:
         wait_until("/-/ready", ready, log)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop(proc, grace_s=30)
 
 
 def wait_for_samples(url: str, promql: str, count: int, log: Path) -> None:

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.processes import stop
 from tests.sshd import free_port
 
 BINARIES = ("munged", "slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "sbatch", "scancel")
@@ -119,12 +120,7 @@ class SlurmCluster:
             proc = self.procs.get(name)
             if proc is None or proc.poll() is not None:
                 continue
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+            stop(proc, grace_s=15)
 
 
 def _missing() -> list[str]:

@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.processes import stop
+
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
 
 
@@ -27,11 +29,7 @@ class Sshd:
         return path
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop(self.proc, grace_s=5)
 
 
 def free_port() -> int:

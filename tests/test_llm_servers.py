@@ -24,6 +24,7 @@ from agent.incident import Incident
 from agent.reasoning.openai_reasoner import OpenAIReasoner
 from agent.reasoning.probe import probe
 from agent.reasoning.structured import EndpointForms
+from tests.processes import stop
 from tests.test_openai_reasoner import (
     CHILDREN,
     INCIDENT_TEXT,
@@ -82,12 +83,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
                 time.sleep(0.5)
         yield request.param, f"http://127.0.0.1:{port}/v1"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, grace_s=20)
         log.close()
 
 

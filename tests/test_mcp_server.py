@@ -34,6 +34,7 @@ from agent.server.app import server_dir
 from agent.server.config import ServerConfig
 from agent.server.store import RunStore
 from agent.sim.scenario import create_scenario, scenario_from_record
+from tests.processes import stop
 
 EXAMPLES = KNOWLEDGE_DIR / "examples" / "demo_incidents.jsonl"
 ECC = "GPU.MEMORY.UNCORRECTABLE_ECC"
@@ -234,12 +235,7 @@ def http_server(data: Path, kb: Path, spec: str, tmp_path: Path, *extra: str) ->
             time.sleep(0.2)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        child.terminate()
-        try:
-            child.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait(timeout=20)
+        stop(child, grace_s=20)
         log.close()
 
 

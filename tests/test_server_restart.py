@@ -19,6 +19,7 @@ import httpx
 from agent.server.app import server_dir
 from agent.server.client import Client
 from agent.server.config import ServerConfig
+from tests.processes import stop
 from tests.test_server import ECC, config_fixture, ecc_spec_fixture, free_port  # noqa: F401 (fixtures)
 
 INCIDENT = "Training crashed with RuntimeError: CUDA error: uncorrectable ECC error encountered on local rank 5"
@@ -45,12 +46,7 @@ def server_process(config: ServerConfig, port: int, log: Path) -> Iterator[subpr
         yield proc
     finally:
         if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+            stop(proc, grace_s=15)
 
 
 def statuses(config: ServerConfig) -> dict[str, str]:
