@@ -16,7 +16,10 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agent.models import CheckResult
 
 Answer = Callable[[dict[str, Any]], Any]
 
@@ -29,6 +32,14 @@ def audit_path(runs_dir: Path, run_id: str) -> Path:
     if not run_id or "/" in run_id or "\\" in run_id or run_id.startswith("."):
         raise AuditError(f"invalid run id {run_id!r}")
     return runs_dir / f"{run_id}.audit.jsonl"
+
+
+def check_event(result: CheckResult, node: str | None, exit_code: int | None) -> dict[str, Any]:
+    """The audit line of a check that executed, the same wherever it ran (a diagnosis' node, verify, MCP)."""
+    return {"event": "check", "node": node, "check": result.check, "host": result.host, "tier": result.tier,
+            "executed": True, "verdict": result.verdict.value, "exit_code": exit_code,
+            "output_sha256": result.output_sha256, "duration_s": result.duration_s, "commands": result.cmds,
+            "summary": result.summary[:300]}
 
 
 def local_user() -> str:

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agent.audit import AuditLog, audit_path, local_user, read
+from agent.audit import AuditLog, audit_path, check_event, local_user, read
 from agent.bundle import MANIFEST, ConfirmingFinding, check_bundle, confirming, load_bundle
 from agent.checks.runner import CheckRunner
 from agent.diagnosis import DiagnoseOptions, RunNotFound, load_run, runs_dir, saved_state
@@ -321,11 +321,7 @@ class Verifier:
                                "via": "--approve-active" if self.approve_active else "policy none"})
 
     def _ran(self, result: CheckResult, exit_code: int | None) -> None:
-        self.audit.append({"event": "check", "node": "verify", "check": result.check, "host": result.host,
-                           "tier": result.tier, "executed": True, "verdict": result.verdict.value,
-                           "exit_code": exit_code,
-                           "output_sha256": result.output_sha256, "duration_s": result.duration_s,
-                           "commands": result.cmds, "summary": result.summary[:300]})
+        self.audit.append(check_event(result, "verify", exit_code))
 
     def _save(self, round_: Verification) -> None:
         stored = round_.model_dump(mode="json")

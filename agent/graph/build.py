@@ -32,6 +32,7 @@ from agent import inventory as inv
 from agent import limits as L
 from agent.agents import conclusion, execution, planning, reflection, summarization
 from agent.agents.attribution import READING_TOP, Attribution, attribute
+from agent.audit import check_event
 from agent.checks.runner import CheckRunner
 from agent.evidence import unexplained
 from agent.graph.explain import cannot_check_explanation, nothing_checkable, stopped_explanation
@@ -230,11 +231,7 @@ class DiagnosisGraph:
         runner = self.t.runner
         self._spent = L.add(self._spent, checks=1)
         self._ran_here.add(result_key(result))
-        self.t.audit({"event": "check", "node": self._label, "check": result.check, "host": result.host,
-                      "tier": result.tier, "executed": True, "verdict": result.verdict.value,
-                      "exit_code": runner.exit_codes.get((result.host, result.check)),
-                      "output_sha256": result.output_sha256, "duration_s": result.duration_s,
-                      "commands": result.cmds, "summary": result.summary[:300]})
+        self.t.audit(check_event(result, self._label, runner.exit_codes.get((result.host, result.check))))
 
     def _judge(self, state: DiagnosisState, label: str, pipeline: int) -> LeafJudgement:
         judgement = reflection.validate(self.t.reasoner, self.t.taxonomy, self._summary(state), label,

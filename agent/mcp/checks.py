@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.audit import AuditLog, audit_path
+from agent.audit import AuditLog, audit_path, check_event
 from agent.checks.manifest import CheckSpec, Manifest, load_manifest
 from agent.checks.runner import CheckRunner
 from agent.diagnosis import DiagnoseOptions, new_run_id, runs_dir
@@ -65,11 +65,7 @@ def run_checks(config: ServerConfig, hosts: list[str], specs: list[CheckSpec], w
     runner = CheckRunner(executors, approve=bool(costly), manifest=load_manifest())
 
     def executed(result: CheckResult) -> None:
-        audit({"event": "check", "node": None, "check": result.check, "host": result.host, "tier": result.tier,
-               "executed": True, "verdict": result.verdict.value,
-               "exit_code": runner.exit_codes.get((result.host, result.check)),
-               "output_sha256": result.output_sha256, "duration_s": result.duration_s, "commands": result.cmds,
-               "summary": result.summary[:300]})
+        audit(check_event(result, None, runner.exit_codes.get((result.host, result.check))))
 
     runner.listeners.append(executed)
     try:
