@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from agent.checks.manifest import Manifest, load_manifest
 from agent.paths import TAXONOMY_DIR
+from agent.reasoning.symptoms import Symptom
 
 TAXONOMY_PATH = TAXONOMY_DIR / "taxonomy.json"
 Severity = Literal["critical", "high", "medium", "low"]
@@ -49,6 +50,8 @@ class NodeSpec(BaseModel):
     xids: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list)
     # leaves only: `check:finding_regex` rules saying which check findings confirm the leaf
     evidence: list[Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*:\S*$")]] = Field(default_factory=list)
+    # leaves only: how the cause shows in a customer's report (agent/reasoning/symptoms.py)
+    symptoms: list[Symptom] = Field(default_factory=list)
     children: list[NodeSpec] = Field(default_factory=list, min_length=1)
 
 
@@ -65,7 +68,8 @@ class TaxNode(NodeMixin):
 
     def __init__(self, name: str, description: str = "", severity: str = "medium",
                  signatures: list[str] | None = None, checks: list[str] | None = None, runbook: str = "",
-                 xids: list[int] | None = None, evidence: list[str] | None = None, parent: TaxNode | None = None,
+                 xids: list[int] | None = None, evidence: list[str] | None = None, symptoms: list[str] | None = None,
+                 parent: TaxNode | None = None,
                  **extra: Any):
         self.name = name
         self.description = description
@@ -75,6 +79,7 @@ class TaxNode(NodeMixin):
         self.runbook = runbook
         self.xids: list[int] = list(xids or [])
         self.evidence: list[str] = list(evidence or [])
+        self.symptoms: list[str] = list(symptoms or [])
         self.extra = extra
         self.parent = parent
 
@@ -134,13 +139,15 @@ def _rule_problems(data: dict[str, Any], manifest: Manifest) -> list[str]:
         for check in node.get("checks", []):
             if check not in known:
                 problems.append(f"{label}: check {check!r} is not in the manifest")
-        for key in ("checks", "xids"):
+        for key in ("checks", "xids", "symptoms"):
             if len(set(node.get(key, []))) != len(node.get(key, [])):
                 problems.append(f"{label}: duplicate entries in {key}")
         if not reachable:
             problems.append(f"{label}: no check reachable (none on the node or any descendant)")
         if node.get("evidence") and node.get("children"):
             problems.append(f"{label}: evidence rules belong on leaves only")
+        if node.get("symptoms") and node.get("children"):
+            problems.append(f"{label}: symptoms belong on leaves only")
         for rule in node.get("evidence", []):
             check, _, pattern = rule.partition(":")
             if check not in node.get("checks", []):

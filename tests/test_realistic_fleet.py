@@ -245,3 +245,29 @@ def test_when_nothing_confirmed_ties_to_the_incident_its_likeliest_untested_caus
     tested = [step["node"] for step in update["path"] if step["action"] in ("confirmed", "rejected", "inconclusive")]
     assert ECC in tested and PORT_DOWN not in tested  # the leaf the incident reads as, not what was confirmed
     assert graph.after_dfs({**state, **update}) == "corroborate"  # once: then the run concludes (and escalates)
+
+
+def test_only_confirmed_causes_tied_to_the_incident_are_corroborated(monkeypatch: pytest.MonkeyPatch) -> None:
+    graph = DiagnosisGraph(GraphTools(taxonomy=TAXONOMY, reasoner=OfflineReasoner(TAXONOMY), runner=CheckRunner([])))
+    text = "RuntimeError: CUDA error: uncorrectable ECC error encountered on GPU 1; Xid 48"
+    ecc = judgement(ECC, ["gpu_memory_errors:ecc_uncorrectable@GPU1 (FAIL)"])
+    port = judgement(PORT_DOWN, ["nic_config:port_down@mlx5_7 (FAIL)"])
+    remap = judgement(REMAP, ["gpu_memory_errors:row_remap_pending@GPU1 (FAIL)"])
+    corroborated: list[str] = []
+
+    def execute(state: Any, label: str, costly_too: bool = False) -> tuple[list[Any], dict[str, Any]]:
+        corroborated.append(label)
+        return [], {}
+
+    monkeypatch.setattr(graph, "_execute", execute)
+
+    def state(*found: LeafJudgement) -> Any:
+        return {"stack": [], "judgements": [j.model_dump(mode="json") for j in found], "similar": [], "path": [],
+                "incident": Incident(text=text).model_dump(mode="json"),
+                "summary": summary(text).model_dump(mode="json")}
+
+    # a port down that nothing ties to an ECC incident is reported as found: no minutes of load to rank it
+    assert graph.corroborate(state(ecc, port)) == {} and corroborated == []
+    # the ECC error and the row remap it left on the same GPU both tie: which comes first rests on all evidence
+    graph.corroborate(state(ecc, port, remap))
+    assert sorted(corroborated) == sorted([ECC, REMAP])

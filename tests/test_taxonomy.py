@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from agent.checks.manifest import CheckSpec, Manifest, load_manifest
 from agent.cli.taxonomy_cmd import app
+from agent.reasoning.symptoms import SYMPTOMS
 from agent.taxonomy import (
     SEVERITIES,
     TAXONOMY_PATH,
@@ -403,6 +404,9 @@ def test_rejects_node_without_reachable_check() -> None:
     (lambda d: _leaf(d, "LEAF").update(evidence=["probe_b:x"]), "names a check the leaf does not list"),
     (lambda d: _leaf(d, "LEAF").update(evidence=["probe_a:(x"]), "is not a valid regex"),
     (lambda d: d["children"][0].update(evidence=["probe_a:x"]), "A: evidence rules belong on leaves only"),
+    (lambda d: d["children"][0].update(symptoms=["slow"]), "A: symptoms belong on leaves only"),
+    (lambda d: _leaf(d, "LEAF").update(symptoms=["sluggish"]), "A.X.LEAF: symptoms"),
+    (lambda d: _leaf(d, "LEAF").update(symptoms=["slow", "slow"]), "duplicate entries in symptoms"),
     (lambda d: _leaf(d, "OTHER").update(name="LEAF"), "duplicate child name 'LEAF'"),
     (lambda d: _leaf(d, "LEAF")["checks"].append("no_such_check"), "'no_such_check' is not in the manifest"),
     (lambda d: _leaf(d, "LEAF")["checks"].append("probe_b"), "manifest's nodes for 'probe_b' omit it"),
@@ -431,6 +435,7 @@ def test_schema_json_matches_the_enforced_model() -> None:
     assert set(node["required"]) == required
     assert set(node["properties"]) == set(NodeSpec.model_fields)
     assert tuple(node["properties"]["severity"]["enum"]) == SEVERITIES
+    assert tuple(node["properties"]["symptoms"]["items"]["enum"]) == SYMPTOMS
     assert node["additionalProperties"] is False and schema["additionalProperties"] is False
     assert node["properties"]["children"]["items"] == {"$ref": "#/$defs/node"}
 

@@ -19,7 +19,7 @@ Retrieve = Callable[[str, int], list[PastIncident]]
 def node_info(taxonomy: Taxonomy, label: str) -> NodeInfo:
     node = taxonomy.node(label)
     return NodeInfo(label=node.label, description=node.description, signatures=node.signatures,
-                    checks=node.checks, is_leaf=node.is_leaf)
+                    checks=node.checks, is_leaf=node.is_leaf, symptoms=node.symptoms)
 
 
 def similar_incidents(reasoner: Reasoner, summary: IncidentSummary, retrieve: Retrieve,

@@ -440,9 +440,11 @@ class DiagnosisGraph:
         return {**update, "path": path, "judgements": [j.model_dump(mode="json") for j in judgements]}
 
     def corroborate(self, state: DiagnosisState) -> dict[str, Any]:
-        """Several leaves confirmed: run the active checks their passive evidence let us skip, and judge them
-        again on everything, so which cause comes first rests on all the evidence, not on the visiting order."""
-        confirmed = [j for j in load_judgements(state) if j.status == "confirmed"]
+        """Several confirmed leaves tie to the incident: run the active checks their passive evidence let us skip,
+        and judge them again on everything, so which cause comes first rests on all the evidence, not on the
+        visiting order. A confirmed leaf nothing ties to the incident is not this incident's cause whatever its
+        strength, so minutes of load on the hosts would not change the answer: it is reported as found."""
+        confirmed = self._attribute(state).primary
         if len(confirmed) < 2:
             return {}
         update: dict[str, Any] = {}

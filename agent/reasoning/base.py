@@ -27,6 +27,7 @@ class NodeInfo(BaseModel):
     signatures: list[str] = Field(default_factory=list)  # regexes of the node's tell-tale error lines
     checks: list[str] = Field(default_factory=list)
     is_leaf: bool = False
+    symptoms: list[str] = Field(default_factory=list)  # leaves: how the cause fails jobs (slow, hang, no_gpu ...)
 
 
 class Observation(BaseModel):

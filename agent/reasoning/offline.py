@@ -14,7 +14,7 @@ from agent import xid_catalog
 from agent.evidence import assess
 from agent.incident import Incident, IncidentSummary
 from agent.models import CheckResult, Verdict
-from agent.reasoning import text_signals
+from agent.reasoning import symptoms, text_signals
 from agent.reasoning.base import (
     Choice,
     Evidence,
@@ -33,6 +33,7 @@ Embed = Callable[[list[str]], np.ndarray]
 KEEP_AT_ROOT = 3  # categories explored even without a signal: the incident text is often vague
 KEEP_BELOW = 1
 STATED = 1.0  # the customer says a version of this library works or fails, or that it changed: as strong as an Xid
+SYMPTOM = 0.3  # the job failed the way this cause fails jobs (slow, hang, NaN, reboot ...): a hint, not a line
 # how relevant a suggestion is to this incident (pipeline 3 ranks by it): similarity to the incident, plus
 TEXT_FIT = 0.5  # its signatures or Xids in the incident's lines
 WEAK_EVIDENCE = 0.3  # a check found something that points at it, too weak to confirm
@@ -70,6 +71,7 @@ class OfflineReasoner:
         self._node_vectors: dict[str, np.ndarray] = {}
         self._query_vectors: dict[str, np.ndarray] = {}
         self._stated: dict[str, dict[str, str]] = {}
+        self._shown: dict[str, dict[str, str]] = {}
 
     # ---- text signals -------------------------------------------------------------------------------------
     @cached_property
@@ -115,6 +117,14 @@ class OfflineReasoner:
         said = self._stated[summary.text]
         return next((said[leaf.label] for leaf in self.taxonomy.leaves(label) if leaf.label in said), "")
 
+    def symptom_hit(self, summary: IncidentSummary, label: str) -> dict[str, str]:
+        """The incident's symptom classes this leaf produces, each with the words that show it (internal nodes:
+        none; a whole category fails jobs in every way)."""
+        if summary.text not in self._shown:
+            self._shown = {summary.text: symptoms.shown(summary.text)}
+        shown = self._shown[summary.text]
+        return {name: shown[name] for name in self.taxonomy.node(label).symptoms if name in shown}
+
     # ---- Reasoner -----------------------------------------------------------------------------------------
     def summarize(self, incident: Incident) -> IncidentSummary:
         # the environment (SKU, driver, OFED/HPC-X, PSU ...) is evidence too: signatures may match it
@@ -144,11 +154,15 @@ class OfflineReasoner:
             seen = self._memory_evidence(child.label, results)
             prior = priors.get(child.label, 0.0)
             said = self.stated(summary, child.label)
-            score = min(hits, 3) * 0.5 + xid * 1.0 + sims[child.label] * 1.5 + prior + seen + STATED * bool(said)
+            shows = self.symptom_hit(summary, child.label)
+            score = (min(hits, 3) * 0.5 + xid * 1.0 + sims[child.label] * 1.5 + prior + seen + STATED * bool(said)
+                     + SYMPTOM * bool(shows))
             why = ", ".join(part for part in (
                 f"{hits} signature(s) in the incident" if hits else "",
                 "Xid code in the incident" if xid else "",
                 f"the customer says: {said}" if said else "",
+                f"it fails jobs as the incident describes ({', '.join(f'{k}: {v!r}' for k, v in shows.items())})"
+                if shows else "",
                 f"check evidence {seen:.1f}" if seen else "",
                 f"similar past incidents {prior:.2f}" if prior else "",
                 f"text similarity {sims[child.label]:.2f}")

@@ -124,8 +124,10 @@ def summary_block(summary: IncidentSummary, budget: int = SUMMARY_BUDGET) -> str
 
 
 def node_line(node: NodeInfo, budget: int) -> str:
-    """`- LABEL: description | signatures | checks`, cut to `budget` but never into the label."""
+    """`- LABEL: description | fails jobs by | signatures | checks`, cut to `budget` but never into the label."""
     rest = node.description
+    if node.symptoms:
+        rest += " | fails jobs by: " + ", ".join(node.symptoms)
     if node.signatures:
         rest += " | signatures: " + "; ".join(node.signatures[:4])
     if node.checks:

@@ -1,0 +1,100 @@
+"""What the customer saw, in their words: an incident text's symptom classes (slow, hang, wrong results ...).
+
+A vague report ("fine-tuning takes 24 h instead of 6", "allreduce returns NaN over IB") names no error line, no
+Xid and no component, so signatures cannot point anywhere and embedding similarity to the causes' technical
+descriptions is weak. What such a text does say is how the job failed, and each cause fails jobs in only a few
+ways: a disabled NVLink makes a job slow, never makes a machine reboot. Each taxonomy leaf lists the classes it
+produces (`symptoms` in taxonomy/taxonomy.json); the offline reasoner ranks a leaf higher when the incident shows
+one of them. The phrases are the usual wordings of user reports and issue threads, not any one incident's.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal, get_args
+
+Symptom = Literal["slow", "hang", "wrong_results", "no_gpu", "reboot", "oom", "killed", "data_missing",
+                  "cannot_connect"]
+SYMPTOMS: tuple[str, ...] = get_args(Symptom)
+
+_PHRASES: dict[str, list[str]] = {
+    "slow": [
+        r"\bslow(?:er|ly|ness|s|ing)?\b|\bslow-?down\b",
+        r"\b(?:low|poor|degraded|reduced|drop(?:ped)?|bad|lower)\s+(?:in\s+)?(?:bandwidth|throughput|performance|"
+        r"busbw|algbw|tflops|mfu|utili[sz]ation|speed|samples/s|tokens/s|it/s)",
+        r"\b(?:bandwidth|throughput|performance|speed|utili[sz]ation)\s+(?:is\s+|was\s+)?(?:low|poor|degraded|"
+        r"drops?|dropped|halved|much lower)",
+        r"\b(?:takes?|taking|took)\s+(?:much\s+|far\s+|\d+x\s+)?longer\b",
+        r"\b\d+\s*h(?:ours?)?\s*(?:->|→|instead of|rather than)\s*\d+",
+        r"\bunderperform|\bbottleneck",
+        r"\b\d+(?:\.\d+)?\s*x\s+slower\b|\bhalf\s+(?:the\s+)?(?:speed|bandwidth|throughput)",
+    ],
+    "hang": [
+        r"\bhang(?:s|ing)?\b|\bhung\b|\bstuck\b",
+        r"\bfreez(?:e|es|ing)\b|\bfroze(?:n)?\b",
+        r"\bdeadlock",
+        r"\bno\s+(?:further\s+)?progress\b|\bnever\s+(?:finishes|returns|completes|starts)\b",
+        r"\bwatchdog\s+caught\s+collective\s+operation\s+timeout",
+    ],
+    "wrong_results": [
+        r"\bnan(?:s)?\b|\binf(?:inite)?\s+loss\b",
+        r"\b(?:wrong|incorrect|inconsistent|corrupted?|garbage)\s+(?:results?|outputs?|values?|answers?|"
+        r"gradients?|data)\b",
+        r"\bsilent\s+data\s+corruption\b|\bsdc\b",
+        r"\bloss\s+(?:diverges?|explodes?|spikes?|becomes\s+nan)",
+        r"\bresults?\s+(?:differ|mismatch|are\s+wrong)",
+    ],
+    "no_gpu": [
+        r"\bno\s+(?:cuda|gpus?|nvidia)(?:[- ](?:runtime|devices?|gpus?|drivers?))?\s+(?:is\s+|are\s+|was\s+|were\s+)?"
+        r"(?:found|available|detected|visible)",
+        r"\bno\s+devices\s+were\s+found\b",
+        r"\bcuda(?:\.is_available\(\))?\s+(?:returns\s+|is\s+)?false\b|is_available\(\)\s*(?:->|returns|is|=+)\s*false",
+        r"\b(?:can'?t|cannot|can\s+not|doesn'?t|does\s+not|don'?t|unable\s+to|fails?\s+to)\s+(?:see|find|detect|"
+        r"access|use)\s+(?:the\s+|any\s+|my\s+)?(?:gpus?|cuda|nvidia)",
+        r"\b(?:gpus?|devices?)\s+(?:is\s+|are\s+)?(?:not\s+(?:found|detected|visible)|missing|disappear)",
+        r"\b(?:gpu|device)\s+(?:becomes?|became|is|was)\s+(?:unusable|unavailable|inaccessible)",
+        r"\bfailed\s+to\s+initiali[sz]e\s+nvml\b|\bcuda\s+(?:driver\s+)?initiali[sz]ation\s+(?:error|failed)",
+        r"\bfound\s+no\s+nvidia\s+driver\b",
+    ],
+    "reboot": [
+        r"\breboot(?:s|ed|ing)?\b",
+        r"\b(?:machine|system|server|node|workstation|computer|pc|host|box)\s+(?:suddenly\s+)?(?:restarts?|"
+        r"restarted|shuts?\s+down|shut\s+off|turns?\s+off|powers?\s+(?:off|down)|powered\s+(?:off|down)|"
+        r"goes\s+down|went\s+down|goes\s+dark|dies|died)",
+        r"\bcrash(?:es|ed)?\s+the\s+(?:whole|entire)\s+(?:system|machine|server|node|computer)",
+        r"\b(?:whole|entire)\s+(?:system|machine|server|node|computer)\s+(?:crash|freez|restart|reboot|goes\s+down)",
+        r"\b(?:power|electrical)\s+(?:loss|outage|failure|cut|event|trip)",
+    ],
+    "oom": [
+        r"\bout\s+of\s+memory\b|\boom\b|\bCUDA_ERROR_OUT_OF_MEMORY\b",
+    ],
+    "killed": [
+        r"\bkilled\b|\bsigkill\b|\bpreempt(?:ed|ion)?\b|\bexit(?:ed)?\s+(?:with\s+)?(?:code|status)\s+137\b",
+        r"\b(?:job|process|task|pod)\s+(?:was\s+)?(?:terminated|cancell?ed|evicted)\b",
+    ],
+    "data_missing": [
+        r"\bno\s+such\s+file\b|\bfiles?\s+(?:not\s+found|(?:is\s+|are\s+|was\s+|were\s+)?(?:missing|deleted|gone))",
+        r"\b(?:checkpoint|ckpt|dataset|shard|data)s?\s+(?:file\s+)?(?:is\s+|are\s+|was\s+|were\s+)?(?:corrupt(?:ed)?|"
+        r"truncated|missing|deleted|unreadable|gone)",
+        r"\bunexpected\s+(?:eof|end\s+of\s+file)\b|\bpurg(?:e|ed|ing)\b",
+    ],
+    "cannot_connect": [
+        r"\bconnection\s+(?:refused|reset|closed)\b|\bno\s+route\s+to\s+host\b",
+        r"\b(?:failed|unable)\s+to\s+(?:connect|establish|bootstrap|rendezvous)",
+        r"\bunhandled\s+system\s+error\b",
+    ],
+}
+_PATTERNS: dict[str, list[re.Pattern[str]]] = {
+    name: [re.compile(p, re.IGNORECASE) for p in phrases] for name, phrases in _PHRASES.items()}
+
+
+def shown(text: str) -> dict[str, str]:
+    """The symptom classes the text shows, each with the words that show it (first match)."""
+    found: dict[str, str] = {}
+    for name, patterns in _PATTERNS.items():
+        for pattern in patterns:
+            match = pattern.search(text)
+            if match:
+                found[name] = match.group(0)
+                break
+    return found
