@@ -81,3 +81,43 @@ def test_second_generator_job_localized(tmp_path: Path) -> None:
         result = localize(d, engine="local")
         assert result.nodes[0].node == truth.faulty_node, (fault, when)
         assert result.stage == truth.stage, (fault, when)
+
+
+def _node_loss_job(root: Path, nodes: int, lost: int, victim_errors: bool = False) -> Path:
+    """Every rank trains; `lost` stops logging mid-run without a word (the host died); the others report their
+    connection to it closed, then a long stack dump. With `victim_errors`, the node they name timed out first
+    (it logged errors of its own): it is not the lost one."""
+    root.mkdir()
+    frames = [f"frame #{i}: c10d::ProcessGroupNCCL::watchdogHandler() + 0x22b (0x7a{i:04x} in libtorch_cuda.so)"
+              for i in range(40)]
+    for n in range(nodes):
+        host = f"gpu-host-{n:02d}"
+        lines = [f"# heartbeat rank={n * 8} node={host} iter={i} elapsed={i * 1.2:.1f}s" for i in range(5, 90, 5)]
+        if n == lost and not victim_errors:
+            (root / f"{host}.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
+            continue
+        if n == lost:
+            lines.append(f"[Rank {n * 8}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9) ran for "
+                         "90000 milliseconds before timing out.")
+        lines.append("NCCL version 2.22.3+cuda12.6")  # printed when the communicator was created, lazily
+        if n != lost:
+            lines.append(f"{host}:110:697 [0] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by "
+                         f"remote peer gpu-host-{lost:02d}.c.lab.internal<55912>")
+        lines += ["terminate called after throwing an instance of 'c10::DistBackendError'",
+                  "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting", *frames]
+        (root / f"{host}.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root
+
+
+def test_a_node_that_died_silently_is_found_through_the_peers_that_lost_it(tmp_path: Path) -> None:
+    result = localize(_node_loss_job(tmp_path / "j", nodes=4, lost=2), engine="local")
+    assert result.nodes[0].node == "gpu-host-02"
+    assert result.nodes[0].events[0].startswith("lost: its log ends without an error of its own while 3 node(s)")
+    # heartbeats before the errors are progress however long the stack dump after them; the NCCL version line
+    # printed after them is a communicator being created, not the job going back to init
+    assert result.stage == "training"
+
+
+def test_a_named_peer_with_errors_of_its_own_is_not_the_lost_node(tmp_path: Path) -> None:
+    result = localize(_node_loss_job(tmp_path / "j", nodes=4, lost=2, victim_errors=True), engine="local")
+    assert not [e for n in result.nodes for e in n.events if e.startswith("lost:")]

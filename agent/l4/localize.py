@@ -12,6 +12,7 @@ lines the trouble begins at its first failure-worded line. The failed stage is t
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -31,6 +32,10 @@ WIDESPREAD = 0.75  # a failure event logged by this fraction of the nodes is a j
 ROUTINE_MIN_LINES = 5  # a template repeated this often over ROUTINE_SPAN of a file is routine, however rare elsewhere
 ROUTINE_SPAN = 0.25
 ONSET_LOOKBACK = 5  # lines new just before a file's first failure-worded line belong to it (a stack's frames)
+LOST_WEIGHT = 1.0  # a node lost mid-run (silent, named by its peers' connection errors) outranks every other signal
+# a failure line that names the other end of a broken connection (NCCL's socket and IB errors, gloo, c10d stores)
+PEER_WORDING = re.compile(r"remote peer|by peer|from peer|closed by|reset by|connection (?:to|with|from)|"
+                          r"peer (?:host|address|rank)", re.I)
 
 
 class NodeOut(BaseModel):
@@ -179,11 +184,18 @@ def analyse(failed: list[FileScan], pool: list[list[FileScan]], library: Pattern
     weight = np.array([stages.failure_weight(texts[ids[t]]) for t in features]) / np.maximum(has.sum(axis=0), 1)
     widespread = (has.sum(axis=0) >= WIDESPREAD * len(nodes)) if len(nodes) >= 3 else \
         np.zeros(len(features), bool)
+    lost = _lost_nodes(used, maps, failure)
     for rank in spatial.rank_nodes(nodes, node_counts[:, features], weight, widespread):
         row = node_counts[node_index[rank.node], features]
         median = np.median(node_counts[:, features], axis=0)
         events = [("" if row[j] > median[j] else "missing: ") + texts[ids[features[j]]] for j in rank.events]
-        result.nodes.append(NodeOut(node=rank.node, score=rank.score, events=events))
+        score = rank.score
+        if rank.node in lost:
+            score = round(score + LOST_WEIGHT, 4)
+            events.insert(0, f"lost: its log ends without an error of its own while {len(lost[rank.node])} "
+                             f"node(s) lost their connection to it: {lost[rank.node][0]}")
+        result.nodes.append(NodeOut(node=rank.node, score=score, events=events))
+    result.nodes.sort(key=lambda n: -n.score)  # stable: the spatial ranking's order among equal scores
 
     result.events = _events(used, maps, failure, ids, texts, node_counts, nodes)
     result.iterations = [IterationOut(iteration=it, score=round(e["score"], 3), nodes=sorted(e["nodes"]),
@@ -193,6 +205,31 @@ def analyse(failed: list[FileScan], pool: list[list[FileScan]], library: Pattern
     if library is not None and library.patterns:
         result.patterns = library.match({s for scan in used for s in scan.shapes})
     return result
+
+
+def _lost_nodes(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray) -> dict[str, list[str]]:
+    """Nodes that died mid-run: no failure event of their own in any of their files, while other nodes' failure
+    lines name them as the far end of a broken connection ("Connection closed by remote peer <host>"). A node
+    that stops logging is silent in every failure count, so the counts alone rank it last; a named peer that logged
+    errors of its own (it timed out waiting for someone else) is a victim and is not counted. node -> one line of
+    each node that names it."""
+    files: dict[str, list[bool]] = {}
+    for scan, tmap in zip(used, maps, strict=True):
+        files.setdefault(scan.node, []).append(bool(failure[tmap].any()))
+    silent = [node for node, has in files.items() if not any(has)]
+    if not silent or len(silent) == len(files):
+        return {}
+    names = {node: re.compile(rf"(?<![\w-]){re.escape(node)}(?![\w-])", re.I) for node in silent}
+    lost: dict[str, dict[str, str]] = {}  # lost node -> {node that names it: its line}
+    for scan, tmap in zip(used, maps, strict=True):
+        for k in np.flatnonzero(failure[tmap]):
+            line = scan.examples[k]
+            if not PEER_WORDING.search(line):
+                continue
+            for node, name in names.items():
+                if node != scan.node and name.search(line):
+                    lost.setdefault(node, {}).setdefault(scan.node, line.strip())
+    return {node: list(by.values()) for node, by in lost.items()}
 
 
 def _mark_regular(ids: np.ndarray, bad: set[int], seqs: sequences.Sequences, regular: np.ndarray) -> None:

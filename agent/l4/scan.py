@@ -121,8 +121,10 @@ def scan_chunks(log: LogFile, chunks: Iterable[bytes]) -> FileScan:
 def _progress(scan: FileScan, line_shapes: np.ndarray) -> None:
     """The file's progress lines: the framework's iteration markers and any other shape that says it reports
     progress (step/epoch/loss/it/s wording) and repeats through the file (a progress bar, a `step N loss` print).
-    However many there are, they are the job working; the last one ends the healthy part of the file."""
-    n = max(scan.lines, 1)
+    However many there are, they are the job working; the last one ends the healthy part of the file. "Through the
+    file" is through its part before the first failure-worded line: a crash's stack dump can be longer than the run."""
+    worded = [scan.first[i] for i, shape in enumerate(scan.shapes) if stages.failure_weight(shape) == 1.0]
+    n = max(min(worded, default=scan.lines), 1)
     scan.progress = [i for i, shape in enumerate(scan.shapes)
                      if stages.is_iteration(shape) or (scan.counts[i] >= stages.PROGRESS_MIN_LINES
                                                        and scan.last[i] - scan.first[i] >= stages.PROGRESS_SPAN * n
@@ -204,6 +206,10 @@ def _transitions(scan: FileScan, line_shapes: np.ndarray) -> None:
     per_line = stage_arr[line_shapes]
     pos = np.flatnonzero(per_line)
     values = per_line[pos]
+    lazy = np.array([stages.is_communicator_init(s) for s in scan.shapes], bool)[line_shapes[pos]]
+    trained = np.maximum.accumulate(values >= stages.STAGES.index("training") + 1)
+    late = lazy & np.concatenate([[False], trained[:-1]])  # a communicator created after training began
+    pos, values = pos[~late], values[~late]
     change = np.ones(len(values), bool)
     change[1:] = values[1:] != values[:-1]
     scan.transitions = [(int(p), int(v)) for p, v in zip(pos[change], values[change], strict=True)]

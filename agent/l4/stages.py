@@ -38,6 +38,10 @@ _RULES: list[tuple[str, re.Pattern[str]]] = [
                         r"WORLD INFO DICT|dist_world_size=", re.I)),
 ]
 
+# NCCL creates a communicator whenever a process group first runs a collective (lazily, and for every new sub-group),
+# so its start-up lines also appear mid-run: after a file's training began they are not a return to init.
+COMMUNICATOR_INIT = re.compile(r"NCCL INFO Bootstrap|Init START|Init COMPLETE|NCCL version", re.I)
+
 # The per-iteration line of each framework; the raw line gives the iteration number.
 ITERATION_SHAPE = re.compile(r"\biteration <\*>/ ?<\*> \||\bstep=<\*>, skipped=|global_step=<\*>|"
                              r"\bstep <\*> \| loss", re.I)
@@ -91,6 +95,11 @@ def stage_of(shape: str) -> int:
         if pattern.search(shape):
             return STAGES.index(name) + 1
     return NONE
+
+
+@lru_cache(maxsize=1 << 16)
+def is_communicator_init(shape: str) -> bool:
+    return COMMUNICATOR_INIT.search(shape) is not None
 
 
 @lru_cache(maxsize=1 << 16)
