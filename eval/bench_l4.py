@@ -189,33 +189,43 @@ def simulated(tmp: Path, jobs: int, seed: int) -> list[str]:
 
 def second_generator(tmp: Path, jobs: int, seed: int) -> list[str]:
     """L4 on agent/l4/simulate_ds.py's jobs (DeepSpeed launcher + Lightning, written apart from simulate.py), with
-    no successful job to compare with, as with real incident logs."""
+    no successful job to compare with, as with real incident logs; each job also as the one combined launcher
+    output a user's terminal shows."""
     rnd = random.Random(seed)
     hits: list[int] = []
     stage_ok = 0
+    one_file: list[tuple[int, bool]] = []
     by: dict[str, list[tuple[int, bool]]] = defaultdict(list)
     lines = 0
     for j in range(jobs):
         fault, when = DS_FAULTS[j % len(DS_FAULTS)], WHEN[(j // len(DS_FAULTS)) % len(WHEN)]
         spec = DsSpec(nodes=rnd.choice([8, 16, 24, 32, 48, 64]), fault=fault, when=when,
                       steps=rnd.randint(500, 5000), seed=seed * 1000 + j)
-        d = tmp / f"ds{j}"
-        truth = simulate_ds_job(d, spec)
-        result = localize(d, engine="local")
-        lines += result.lines
-        ranking = [n.node for n in result.nodes]
-        pos = ranking.index(truth.faulty_node) if truth.faulty_node in ranking else 99
-        hits.append(pos)
-        stage_ok += result.stage == truth.stage
-        by[f"{fault} at {when}"].append((pos, result.stage == truth.stage))
+        for combined in (False, True):
+            d = tmp / f"ds{j}{'-one' if combined else ''}"
+            spec.combined = combined
+            truth = simulate_ds_job(d, spec)
+            result = localize(d, engine="local")
+            ranking = [n.node for n in result.nodes]
+            pos = ranking.index(truth.faulty_node) if truth.faulty_node in ranking else 99
+            if combined:
+                one_file.append((pos, result.stage == truth.stage))
+                continue
+            lines += result.lines
+            hits.append(pos)
+            stage_ok += result.stage == truth.stage
+            by[f"{fault} at {when}"].append((pos, result.stage == truth.stage))
     out = [f"{jobs} faulty jobs, 8-64 nodes x 8 GPUs, one file per node (pdsh-prefixed), 500-5000 steps, no successful "
-           f"job given; {lines:,} lines.", "",
+           f"job given; {lines:,} lines. The last row gives the same jobs as one combined `deepspeed.out` (all "
+           "nodes' lines in time order, the runner's own unprefixed), which L4 splits by the pdsh prefixes.", "",
            "| jobs | faulty node top-1 | top-5 | failed stage right |", "|---|---|---|---|",
            f"| all ({jobs}) | {sum(h < 1 for h in hits) / jobs:.3f} | {sum(h < 5 for h in hits) / jobs:.3f} | "
            f"{stage_ok / jobs:.3f} |"]
     for key, rows in sorted(by.items()):
         out.append(f"| {key} ({len(rows)}) | {sum(p < 1 for p, _ in rows) / len(rows):.3f} | "
                    f"{sum(p < 5 for p, _ in rows) / len(rows):.3f} | {sum(s for _, s in rows) / len(rows):.3f} |")
+    out.append(f"| all ({jobs}), one combined file | {sum(p < 1 for p, _ in one_file) / jobs:.3f} | "
+               f"{sum(p < 5 for p, _ in one_file) / jobs:.3f} | {sum(s for _, s in one_file) / jobs:.3f} |")
     return out
 
 
@@ -348,10 +358,21 @@ def main() -> None:
             body = fn()
             text = f"## {title}\n\n" + "\n".join(body) + f"\n\n({time.perf_counter() - began:.0f} s)\n"
             print(text, flush=True)
-            sections.append(text)
+            sections.append((title, text))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("# L4 log localizer benchmark (`make bench-l4`)\n\n" + "\n".join(sections), encoding="utf-8")
+    args.out.write_text(_merged(args.out, sections), encoding="utf-8")
     print(f"wrote {args.out}")
+
+
+def _merged(out: Path, fresh: list[tuple[str, str]]) -> str:
+    """The results file with the sections just run replaced and the others kept, so that rerunning one section
+    does not drop the rest."""
+    kept: dict[str, str] = {}
+    if out.exists():
+        for part in out.read_text(encoding="utf-8").split("\n## ")[1:]:
+            kept[part.split("\n", 1)[0]] = "## " + part.rstrip("\n") + "\n"
+    kept.update(dict(fresh))
+    return "# L4 log localizer benchmark (`make bench-l4`)\n\n" + "\n".join(kept.values())
 
 
 if __name__ == "__main__":

@@ -57,7 +57,8 @@ def _run(logs: Path, success: list[Path] | None, engine: str, scheduler: str | N
 @app.command("localize")
 def localize_cmd(
     logs: Annotated[Path, typer.Argument(help="Directory of the failed job's logs (<node>.log, <node>/rank<k>.log, "
-                                              "gz accepted).")],
+                                              "gz accepted), or one launcher output with every node's lines "
+                                              "(DeepSpeed/pdsh `host: ` or `srun --label` prefixes).")],
     success: Success = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     engine: Engine = "auto",

@@ -13,13 +13,14 @@ lines the trouble begins at its first failure-worded line. The failed stage is t
 from __future__ import annotations
 
 import re
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel, Field, PrivateAttr
 
-from agent.l4 import filtering, sequences, spatial, stages, temporal
+from agent.l4 import combined, filtering, sequences, spatial, stages, temporal
 from agent.l4.patterns import PatternLibrary, PatternMatch
 from agent.l4.reader import LogError, discover
 from agent.l4.scan import FileScan
@@ -102,8 +103,15 @@ def localize(logs: str | Path, success: list[str | Path] | None = None, *, engin
     if not files:
         raise LogError(f"{logs}: no log files (*.log, *.txt, *.out, *.err, *.gz)")
     success_files = [discover(d) for d in success or []]
-    everything = files + [f for job in success_files for f in job]
-    scans = scan_all(everything, engine=engine, scheduler=scheduler)
+    with tempfile.TemporaryDirectory(prefix="aidai-l4-") as tmp:
+        split = combined.expand(files, Path(tmp) / "failed")
+        split_success = [combined.expand(job, Path(tmp) / f"success{k}") for k, job in enumerate(success_files)]
+        if split is not files or any(a is not b for a, b in zip(split_success, success_files, strict=True)):
+            # the per-node parts live in this machine's temporary directory, which a remote scheduler cannot read
+            engine, scheduler = "local", None
+        files, success_files = split, split_success
+        everything = files + [f for job in success_files for f in job]
+        scans = scan_all(everything, engine=engine, scheduler=scheduler)
     failed = scans[: len(files)]
     pool, start = [], len(files)
     for job in success_files:

@@ -2,7 +2,8 @@
 
 Written apart from `simulate.py` on purpose (other formats, other roles, other faults), so that a localizer tuned to
 one generator is caught out by the other. One file per node (`<host>.log`), every line carrying pdsh's `<host>: `
-prefix as DeepSpeed's multi-node runner relays it. Roles, as the frameworks print them:
+prefix as DeepSpeed's multi-node runner relays it; or, with `combined`, the one output the user's terminal shows
+(all nodes' lines in time order, the runner's own lines without a prefix). Roles, as the frameworks print them:
 
 * the launcher host (node 0) alone prints `deepspeed.launcher.runner` / `[runner.py]` lines, at start and at exit;
 * every node's `[launch.py]` prints the world info at start and kills its subprocesses at a failure;
@@ -36,6 +37,7 @@ class DsSpec:
     progress_every: int = 5  # a progress-bar line every this many steps (tqdm refresh written to a file)
     seed: int = 0
     gpus_per_node: int = 8
+    combined: bool = False  # one `deepspeed.out` as the user's terminal shows it, instead of a file per node
 
 
 @dataclass
@@ -72,8 +74,10 @@ class _Gen:
         self.out: list[list[tuple[float, str]]] = [[] for _ in range(spec.nodes)]
         self.truth = DsTruth(spec.fault)
 
-    def put(self, node: int, t: float, text: str, truth: bool = False) -> None:
-        line = f"{self.hosts[node]}: {text}"
+    def put(self, node: int, t: float, text: str, truth: bool = False, launcher: bool = False) -> None:
+        """`launcher`: a line of the runner itself (it runs where the user typed `deepspeed`, node 0), which pdsh
+        does not relay, so a combined output shows it without a host prefix."""
+        line = text if launcher and self.spec.combined else f"{self.hosts[node]}: {text}"
         self.out[node].append((t, line))
         if truth and line not in self.truth.events:
             self.truth.events.append(line)
@@ -87,13 +91,13 @@ class _Gen:
         r, s = self.rnd, self.spec
         names = ",".join(self.hosts)
         self.put(0, 0.0, f"[{_ts(0)}] [INFO] [runner.py:463:main] Using IP address of {self.ips[0]} for node "
-                         f"{self.hosts[0]}")
+                         f"{self.hosts[0]}", launcher=True)
         self.put(0, 0.1, f"[{_ts(0.1)}] [INFO] [multinode_runner.py:80:get_cmd] Running on the following workers: "
-                         f"{names}")
+                         f"{names}", launcher=True)
         self.put(0, 0.2, f"[{_ts(0.2)}] [INFO] [runner.py:568:main] cmd = pdsh -S -f 1024 -w {names} export "
                          "NCCL_IB_HCA=mlx5; cd /workspace/train; /usr/bin/python -u -m deepspeed.launcher.launch "
                          "--world_info=eyJ... --node_rank=%n --master_addr=" + self.ips[0] + " --master_port=29500 "
-                         "train.py --config cfg/gpt-1.3b.yaml")
+                         "train.py --config cfg/gpt-1.3b.yaml", launcher=True)
         for n in range(s.nodes):
             t = 2 + r.random()
             self.put(n, t, f"[{_ts(t)}] [INFO] [launch.py:139:main] 0 NCCL_IB_HCA=mlx5")
@@ -230,15 +234,17 @@ class _Gen:
             self.put(n, t + 0.5, f"[{_ts(t + 0.5)}] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', "
                                  f"'train.py', '--local_rank={failed_rank % self.g if code == 1 else 0}'] exits with "
                                  f"return code = {code}")
-        self.put(0, t + 1, f"pdsh@{self.hosts[0]}: {self.hosts[failed_rank // self.g]}: ssh exited with exit code 1")
+        self.put(0, t + 1, f"pdsh@{self.hosts[0]}: {self.hosts[failed_rank // self.g]}: ssh exited with exit code 1",
+                 launcher=True)
         for n in range(self.spec.nodes):
             if n != failed_rank // self.g:
                 self.put(0, t + 1.1 + n * 1e-3, f"pdsh@{self.hosts[0]}: {self.hosts[n]}: ssh exited with exit code "
-                                                "250")
+                                                "250", launcher=True)
 
 
 def simulate_ds_job(out: str | Path, spec: DsSpec) -> DsTruth:
-    """Write one job (one `<host>.log` per node) under `out` and return its ground truth."""
+    """Write one job (one `<host>.log` per node, or one combined `deepspeed.out`) under `out` and return its ground
+    truth."""
     g = _Gen(spec)
     r = g.rnd
     g.launch()
@@ -315,6 +321,11 @@ def _fault_lines(g: _Gen, fault: str, faulty: int, t: float, init: bool) -> None
 
 def _finish(g: _Gen, out: Path) -> DsTruth:
     out.mkdir(parents=True, exist_ok=True)
+    if g.spec.combined:
+        merged = sorted((t, n, k, line) for n, lines in enumerate(g.out) for k, (t, line) in enumerate(lines))
+        (out / "deepspeed.out").write_text("\n".join(line for *_, line in merged) + "\n", encoding="utf-8")
+        g.truth.lines = len(merged)
+        return g.truth
     total = 0
     for n, host in enumerate(g.hosts):
         lines = [line for _, line in sorted(g.out[n], key=lambda x: x[0])]

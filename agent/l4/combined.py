@@ -1,0 +1,118 @@
+"""One launcher output for the whole job -> one stream per node.
+
+Most users have a single file for a multi-node job: the DeepSpeed launcher's output (pdsh prefixes each line with
+its host, `gpu1504: ...`) or a Slurm job's output written by `srun --label` (`  3: ...`, the task number). L4
+compares nodes, so such a file is split by its prefixes into one file per node before it is scanned. srun's own
+`srun: error: <host>: task 3: Exited ...` lines name the host of a task; named tasks take their host's name.
+Lines without a prefix are the launcher's own (the command it ran, srun's messages) and belong to no node.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+from agent.l4.reader import SAMPLE_BYTES, LogError, LogFile, read_chunks
+
+# pdsh: `host: text`. A host label holds a digit (gpu1504, 10.0.0.7, worker-3): that keeps ordinary `Word: text`
+# lines (RuntimeError:, INFO:, Traceback:) out.
+_HOST = re.compile(rb"^([A-Za-z0-9][A-Za-z0-9._-]{0,62}): ")
+# srun --label: the task number, right-aligned with spaces.
+_TASK = re.compile(rb"^ *(\d{1,6}): ")
+_SRUN_TASK_HOST = re.compile(rb"srun: error: ([A-Za-z0-9][A-Za-z0-9._-]*): tasks? (\d+)(?:-(\d+))?: ")
+MIN_PREFIXED = 0.5  # of the sample's non-empty lines
+FLUSH_BYTES = 8 * 2**20  # buffered across all nodes before appending to their files: memory stays bounded
+
+
+def _label(line: bytes) -> tuple[str, bytes] | None:
+    """('task'|'host', label) for a prefixed line, None otherwise."""
+    task = _TASK.match(line)
+    if task:
+        return "task", task.group(1)
+    host = _HOST.match(line)
+    if host and any(48 <= c <= 57 for c in host.group(1)):
+        return "host", host.group(1)
+    return None
+
+
+def prefix_kind(sample: bytes) -> str | None:
+    """'task' or 'host' when most of the sample's lines carry one kind of node prefix with at least two different
+    labels; None for an ordinary (single-node) log."""
+    lines = [ln for ln in sample.splitlines() if ln.strip()]
+    labels = [lab for lab in map(_label, lines) if lab]
+    if not lines or len(labels) < MIN_PREFIXED * len(lines):
+        return None
+    kind, count = Counter(k for k, _ in labels).most_common(1)[0]
+    if count < MIN_PREFIXED * len(lines) or len({lab for k, lab in labels if k == kind}) < 2:
+        return None
+    return kind
+
+
+def _safe(label: bytes) -> str:
+    return label.decode("ascii", "replace").replace("/", "_")
+
+
+def split(log: LogFile, out: Path) -> list[LogFile] | None:
+    """Per-node files under `out` for a combined launcher output, None when `log` is not one. Two streamed passes
+    (the first learns which host ran each srun task), so each node's lines keep their order and memory is bounded
+    by FLUSH_BYTES whatever the file's size."""
+    try:
+        sample = next(read_chunks(log.path), b"")[:SAMPLE_BYTES]
+    except LogError:
+        return None  # the scan reports why the file is unusable
+    kind = prefix_kind(sample)
+    if kind is None:
+        return None
+    task_host: dict[bytes, bytes] = {}
+    if kind == "task":
+        for line in _lines(log):
+            named = _SRUN_TASK_HOST.search(line)
+            if named:
+                low = int(named.group(2))
+                for task in range(low, int(named.group(3) or low) + 1):
+                    task_host[str(task).encode()] = named.group(1)
+    out.mkdir(parents=True, exist_ok=True)
+    buffers: dict[str, list[bytes]] = defaultdict(list)
+    buffered = 0
+    for line in _lines(log):
+        labelled = _label(line)
+        if not labelled or labelled[0] != kind:
+            continue
+        label = labelled[1]
+        if kind == "task":
+            name = _safe(task_host[label]) if label in task_host else f"task{int(label)}"
+            text = line[_TASK.match(line).end():]  # type: ignore[union-attr]  # _label matched it
+        else:
+            name, text = _safe(label), line[len(label) + 2:]
+        buffers[name].append(text)
+        buffered += len(text)
+        if buffered >= FLUSH_BYTES:
+            _flush(buffers, out)
+            buffered = 0
+    _flush(buffers, out)
+    return [LogFile(str(p), p.stem) for p in sorted(out.glob("*.log"))]
+
+
+def _lines(log: LogFile) -> Iterator[bytes]:
+    try:
+        for block in read_chunks(log.path):
+            yield from block.splitlines(keepends=True)
+    except LogError:
+        return  # a gzip that breaks mid-file: the lines before the break are what the job left
+
+
+def _flush(buffers: dict[str, list[bytes]], out: Path) -> None:
+    for name, lines in buffers.items():
+        with open(out / f"{name}.log", "ab") as fh:
+            fh.write(b"".join(lines))
+    buffers.clear()
+
+
+def expand(files: list[LogFile], out: Path) -> list[LogFile]:
+    """A job given as one file that is a combined launcher output becomes its per-node files; any other job is
+    left as it is (a job that already has a file per node is not split again)."""
+    if len(files) != 1:
+        return files
+    return split(files[0], out) or files
