@@ -23,6 +23,9 @@ VERDICT = re.compile(r"\b(?:works?|worked|working|fine|good|ok|okay|fails?|faile
 CHANGE_VERB = r"(?:upgrad|updat|downgrad|bump|revert|switch|reinstall|install|roll(?:ed|ing)?\s*back|mov)\w*"
 CHANGE_NOUN = r"(?:upgrade|update|downgrade|bump|change|rollback|regression)s?"
 VERSION = r"v?\d+(?:\.\d+)+"
+# words after which a version is not named by the word ("works, 0.16.4", "upgraded to 2.19.3", "2.18 vs 2.19")
+BARE_WORDS = {"to", "from", "vs", "versus", "and", "or", "than", "but", "with", "on", "in", "is", "was", "v",
+              "version", "works", "worked", "fine", "fails", "failed", "ok", "okay", "good", "bad", "still", "then"}
 SENTENCE = re.compile(r"[;!?\n]|\.(?=\s|$)")
 
 
@@ -52,13 +55,35 @@ def _library_leaves(taxonomy: Taxonomy) -> dict[str, list[str]]:
     return {name: list(dict.fromkeys(labels)) for name, labels in out.items()}
 
 
+def _version_owners(sentence: str, lib: str) -> list[bool | None]:
+    """For each version in the sentence: True if `lib` names it, False if another name does, None if nothing does.
+    A bare version (after "works,", "to", "vs", an arrow) belongs to the name of the version before it: in
+    "deepspeed 0.15.3 works, 0.16.4 fails" both are deepspeed's, in "CUDA 12.2, NCCL 2.19.3" each has its own."""
+    owners: list[bool | None] = []
+    owner: bool | None = None
+    for match in re.finditer(rf"\b{VERSION}\b", sentence):
+        before = sentence[: match.start()]
+        if re.search(r"\d[-_]$", before):
+            continue  # the rest of one version string (MLNX_OFED 5.8-1.1.2.1)
+        if re.search(rf"(?<![\w-]){lib}[\s:=-]*$", before, re.IGNORECASE):
+            owner = True
+        else:
+            word = re.search(r"([A-Za-z][\w.+-]*)[\s:=,;()>/-]*$", before)
+            if word and word.group(1).lower() not in BARE_WORDS:
+                owner = False
+        owners.append(owner)
+    return owners
+
+
 def statement_about(sentence: str, name: str) -> bool:
-    """The sentence says that a version of `name` works or fails, or that `name` changed."""
+    """The sentence says that a version of `name` works or fails, or that `name` changed. A list of several
+    libraries' versions (an environment line) says neither about any one of them."""
     lib = _name_pattern(name)
     if not re.search(rf"(?<![\w-]){lib}(?![\w-])", sentence, re.IGNORECASE):
         return False
-    versioned = re.search(rf"(?<![\w-]){lib}[\s:=-]*{VERSION}\b", sentence, re.IGNORECASE)
-    if versioned and (VERDICT.search(sentence) or len(re.findall(rf"\b{VERSION}\b", sentence)) > 1):
+    owners = _version_owners(sentence, lib)
+    mine = owners.count(True)
+    if mine >= 2 or (mine == 1 and False not in owners and VERDICT.search(sentence)):
         return True
     change = (rf"\b{CHANGE_VERB}\s+(?:(?:the|our|my|to|a|new|newer|older|latest|its)\s+){{0,3}}{lib}(?![\w-])|"
               rf"(?<![\w-]){lib}(?:\s+{VERSION})?\s+{CHANGE_NOUN}\b|"
