@@ -111,3 +111,20 @@ def test_combined_deepspeed_output_localizes_as_the_per_node_files_do(tmp_path: 
     assert len(one.nodes) == 8
     assert one.nodes[0].node == per_node.nodes[0].node == truth.faulty_node
     assert one.stage == per_node.stage == truth.stage
+
+
+def test_a_combined_gzip_cut_short_is_reported_not_split(tmp_path: Path) -> None:
+    src = tmp_path / "deepspeed.out.gz"
+    src.write_bytes(gzip.compress(PDSH * 20000)[:30000])
+    assert combined.split(LogFile(str(src), "deepspeed"), tmp_path / "parts") is None
+    assert not list((tmp_path / "parts").glob("*.log"))
+    result = localize(src, engine="local")
+    assert [s.reason.split(":")[0] for s in result.skipped_files] == ["corrupt or truncated gzip"]
+
+
+def test_progress_bar_redraws_stay_in_their_prefixed_line(tmp_path: Path) -> None:
+    src = tmp_path / "deepspeed.out"
+    src.write_bytes(PDSH + b"gpu01: Epoch 0:  20%|##   | 20/100\rEpoch 0:  30%|###  | 30/100\n")
+    parts = combined.split(LogFile(str(src), "deepspeed"), tmp_path / "parts")
+    assert parts is not None
+    assert Path(parts[0].path).read_bytes().endswith(b"20/100\rEpoch 0:  30%|###  | 30/100\n")

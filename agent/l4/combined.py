@@ -55,24 +55,42 @@ def _safe(label: bytes) -> str:
 
 
 def split(log: LogFile, out: Path) -> list[LogFile] | None:
-    """Per-node files under `out` for a combined launcher output, None when `log` is not one. Two streamed passes
-    (the first learns which host ran each srun task), so each node's lines keep their order and memory is bounded
-    by FLUSH_BYTES whatever the file's size."""
+    """Per-node files under `out` for a combined launcher output, None when `log` is not one or cannot be read to
+    its end (the scan of the file itself then says why). Two streamed passes (the first learns which host ran each
+    srun task), so each node's lines keep their order and memory is bounded by FLUSH_BYTES whatever the file's
+    size."""
+    chunks = read_chunks(log.path)
     try:
-        sample = next(read_chunks(log.path), b"")[:SAMPLE_BYTES]
+        sample = next(chunks, b"")[:SAMPLE_BYTES]
     except LogError:
-        return None  # the scan reports why the file is unusable
+        return None
+    finally:
+        chunks.close()
     kind = prefix_kind(sample)
     if kind is None:
         return None
+    try:
+        task_host = _task_hosts(log) if kind == "task" else {}
+        _write_parts(log, kind, task_host, out)
+    except LogError:
+        for part in out.glob("*.log"):
+            part.unlink()
+        return None
+    return [LogFile(str(p), p.stem) for p in sorted(out.glob("*.log"))]
+
+
+def _task_hosts(log: LogFile) -> dict[bytes, bytes]:
     task_host: dict[bytes, bytes] = {}
-    if kind == "task":
-        for line in _lines(log):
-            named = _SRUN_TASK_HOST.search(line)
-            if named:
-                low = int(named.group(2))
-                for task in range(low, int(named.group(3) or low) + 1):
-                    task_host[str(task).encode()] = named.group(1)
+    for line in _lines(log):
+        named = _SRUN_TASK_HOST.search(line)
+        if named:
+            low = int(named.group(2))
+            for task in range(low, int(named.group(3) or low) + 1):
+                task_host[str(task).encode()] = named.group(1)
+    return task_host
+
+
+def _write_parts(log: LogFile, kind: str, task_host: dict[bytes, bytes], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     buffers: dict[str, list[bytes]] = defaultdict(list)
     buffered = 0
@@ -92,15 +110,16 @@ def split(log: LogFile, out: Path) -> list[LogFile] | None:
             _flush(buffers, out)
             buffered = 0
     _flush(buffers, out)
-    return [LogFile(str(p), p.stem) for p in sorted(out.glob("*.log"))]
 
 
 def _lines(log: LogFile) -> Iterator[bytes]:
-    try:
-        for block in read_chunks(log.path):
-            yield from block.splitlines(keepends=True)
-    except LogError:
-        return  # a gzip that breaks mid-file: the lines before the break are what the job left
+    """Lines as the scanner cuts them: at \\n only (a progress bar's \\r redraws stay in their line)."""
+    for block in read_chunks(log.path):
+        lines = block.split(b"\n")
+        for line in lines[:-1]:
+            yield line + b"\n"
+        if lines[-1]:
+            yield lines[-1] + b"\n"
 
 
 def _flush(buffers: dict[str, list[bytes]], out: Path) -> None:
