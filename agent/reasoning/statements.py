@@ -27,6 +27,7 @@ VERSION = r"v?\d+(?:\.\d+)+"
 BARE_WORDS = {"to", "from", "vs", "versus", "and", "or", "than", "but", "with", "on", "in", "is", "was", "v",
               "version", "works", "worked", "fine", "fails", "failed", "ok", "okay", "good", "bad", "still", "then"}
 SENTENCE = re.compile(r"[;!?\n]|\.(?=\s|$)")
+NAME_WINDOW = 60  # characters before a version that can name it (bounds the work on a huge pasted line)
 
 
 def _name_pattern(name: str) -> str:
@@ -62,7 +63,7 @@ def _version_owners(sentence: str, lib: str) -> list[bool | None]:
     owners: list[bool | None] = []
     owner: bool | None = None
     for match in re.finditer(rf"\b{VERSION}\b", sentence):
-        before = sentence[: match.start()]
+        before = sentence[max(0, match.start() - NAME_WINDOW): match.start()]
         if re.search(r"\d[-_]$", before):
             continue  # the rest of one version string (MLNX_OFED 5.8-1.1.2.1)
         if re.search(rf"(?<![\w-]){lib}[\s:=-]*$", before, re.IGNORECASE):
