@@ -271,38 +271,46 @@ print(json.dumps({"stage": r.stage, "events": [e.template for e in r.events], "t
 """
 
 
-def _long_log(path: Path, megabytes: int, seed: int) -> int:
-    """A healthy run of `step N loss X` lines and a crash at the end (what broke the old scanner)."""
+def _long_log(path: Path, megabytes: int, seed: int, hosts: int = 0) -> int:
+    """A healthy run of `step N loss X` lines and a crash at the end (what broke the old scanner); with `hosts`, one
+    combined launcher output in which every host prints the run and host 3 crashes."""
     rnd = random.Random(seed)
     lines = 0
+    names = [f"gpu{k:02d}: " for k in range(hosts)] or [""]
     with open(path, "w", encoding="utf-8") as fh:
-        fh.write("NCCL version 2.21.5+cuda12.4\n> initializing torch distributed ...\ntraining ...\n")
+        for name in names:
+            fh.write(f"{name}NCCL version 2.21.5+cuda12.4\n{name}> initializing torch distributed ...\n"
+                     f"{name}training ...\n")
         step = 0
         while fh.tell() < megabytes * 2**20:
             step += 1
-            fh.write(f"step {step} loss {rnd.uniform(1.5, 3):.4f} lr {3e-4 * rnd.random():.3e} "
-                     f"tokens/s {rnd.randint(90000, 110000)}\n")
-            lines += 1
-        fh.write(f"[rank3]:[E1102 10:00:00.000000000 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective "
-                 f"operation timeout: WorkNCCL(SeqNum={step * 4}, OpType=ALLREDUCE) ran for 600042 milliseconds before "
-                 "timing out.\nRuntimeError: CUDA error: an illegal memory access was encountered\n")
-    return lines + 5
+            for name in names:
+                fh.write(f"{name}step {step} loss {rnd.uniform(1.5, 3):.4f} lr {3e-4 * rnd.random():.3e} "
+                         f"tokens/s {rnd.randint(90000, 110000)}\n")
+                lines += 1
+        crash = names[3 % len(names)]
+        fh.write(f"{crash}[rank3]:[E1102 10:00:00.000000000 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught "
+                 f"collective operation timeout: WorkNCCL(SeqNum={step * 4}, OpType=ALLREDUCE) ran for 600042 "
+                 f"milliseconds before timing out.\n{crash}RuntimeError: CUDA error: an illegal memory access was "
+                 "encountered\n")
+    return lines + 3 * len(names) + 2
 
 
 def memory(tmp: Path, big: bool) -> list[str]:
-    rows = ["| input | lines | progress lines among failure events | stage | max RSS (MB) | seconds |",
-            "|---|---|---|---|---|---|"]
-    cases = [("one 50 MB log", 50, 1)] + ([("1 GB log set (16 x 64 MB)", 64, 16)] if big else [])
-    for name, mb, files in cases:
-        d = tmp / f"mem-{mb}-{files}"
+    rows = ["| input | lines | progress lines among failure events | stage | top node | max RSS (MB) | seconds |",
+            "|---|---|---|---|---|---|---|"]
+    cases = [("one 50 MB log", 50, 1, 0), ("one 50 MB combined output of 8 hosts (split per host)", 50, 1, 8)]
+    cases += [("1 GB log set (16 x 64 MB)", 64, 16, 0)] if big else []
+    for name, mb, files, hosts in cases:
+        d = tmp / f"mem-{mb}-{files}-{hosts}"
         d.mkdir()
-        lines = sum(_long_log(d / f"node{k:02d}.log", mb, k) for k in range(files))
+        lines = sum(_long_log(d / f"node{k:02d}.log", mb, k, hosts) for k in range(files))
         target = d / "node00.log" if files == 1 else d
         out = subprocess.run([sys.executable, "-c", MEMORY_CHILD, str(target)], capture_output=True, text=True,
                              cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True)
         got = json.loads(out.stdout.strip().splitlines()[-1])
         progress = sum("loss" in e for e in got["events"])
-        rows.append(f"| {name} | {lines:,} | {progress} | {got['stage']} | {got['rss_mb']:.0f} | "
+        rows.append(f"| {name} | {lines:,} | {progress} | {got['stage']} | {got['top']} | {got['rss_mb']:.0f} | "
                     f"{got['seconds']:.1f} |")
         for f in d.iterdir():
             f.unlink()
