@@ -26,14 +26,14 @@ MIN_PREFIXED = 0.5  # of the sample's non-empty lines
 FLUSH_BYTES = 8 * 2**20  # buffered across all nodes before appending to their files: memory stays bounded
 
 
-def _label(line: bytes) -> tuple[str, bytes] | None:
-    """('task'|'host', label) for a prefixed line, None otherwise."""
+def _label(line: bytes) -> tuple[str, bytes, int] | None:
+    """('task'|'host', label, where the text after the prefix starts) for a prefixed line, None otherwise."""
     task = _TASK.match(line)
     if task:
-        return "task", task.group(1)
+        return "task", task.group(1), task.end()
     host = _HOST.match(line)
     if host and any(48 <= c <= 57 for c in host.group(1)):
-        return "host", host.group(1)
+        return "host", host.group(1), host.end()
     return None
 
 
@@ -42,16 +42,12 @@ def prefix_kind(sample: bytes) -> str | None:
     labels; None for an ordinary (single-node) log."""
     lines = [ln for ln in sample.splitlines() if ln.strip()]
     labels = [lab for lab in map(_label, lines) if lab]
-    if not lines or len(labels) < MIN_PREFIXED * len(lines):
+    if not labels:
         return None
-    kind, count = Counter(k for k, _ in labels).most_common(1)[0]
-    if count < MIN_PREFIXED * len(lines) or len({lab for k, lab in labels if k == kind}) < 2:
+    kind, count = Counter(k for k, *_ in labels).most_common(1)[0]
+    if count < MIN_PREFIXED * len(lines) or len({lab for k, lab, _ in labels if k == kind}) < 2:
         return None
     return kind
-
-
-def _safe(label: bytes) -> str:
-    return label.decode("ascii", "replace").replace("/", "_")
 
 
 def split(log: LogFile, out: Path) -> list[LogFile] | None:
@@ -59,7 +55,7 @@ def split(log: LogFile, out: Path) -> list[LogFile] | None:
     its end (the scan of the file itself then says why). Two streamed passes (the first learns which host ran each
     srun task), so each node's lines keep their order and memory is bounded by FLUSH_BYTES whatever the file's
     size."""
-    chunks = read_chunks(log.path)
+    chunks = read_chunks(log.path, SAMPLE_BYTES)
     try:
         sample = next(chunks, b"")[:SAMPLE_BYTES]
     except LogError:
@@ -98,12 +94,12 @@ def _write_parts(log: LogFile, kind: str, task_host: dict[bytes, bytes], out: Pa
         labelled = _label(line)
         if not labelled or labelled[0] != kind:
             continue
-        label = labelled[1]
-        if kind == "task":
-            name = _safe(task_host[label]) if label in task_host else f"task{int(label)}"
-            text = line[_TASK.match(line).end():]  # type: ignore[union-attr]  # _label matched it
+        _, label, start = labelled
+        if kind == "task":  # the prefixes' characters are ASCII
+            name = task_host[label].decode() if label in task_host else f"task{int(label)}"
         else:
-            name, text = _safe(label), line[len(label) + 2:]
+            name = label.decode()
+        text = line[start:]
         buffers[name].append(text)
         buffered += len(text)
         if buffered >= FLUSH_BYTES:

@@ -13,6 +13,11 @@ from functools import lru_cache
 STAGES = ("init", "loading", "training", "checkpointing", "teardown")
 NONE = 0  # not a stage marker; stage k is index k+1 in the scanner's arrays
 
+# NCCL's communicator start-up lines. NCCL creates a communicator whenever a process group first runs a collective
+# (lazily, and for every new sub-group), so they also appear mid-run: after a file's training began they are not a
+# return to init.
+_COMMUNICATOR = r"NCCL INFO Bootstrap|Init START|Init COMPLETE|NCCL version"
+
 _RULES: list[tuple[str, re.Pattern[str]]] = [
     ("teardown", re.compile(r"after training is done|exiting program|Sending process .* closing signal|"
                             r"Killing subprocess|sigkill_handler|ChildFailedError|Root Cause \(first observed|"
@@ -31,16 +36,13 @@ _RULES: list[tuple[str, re.Pattern[str]]] = [
                            r"building train, validation|datasets target sizes|after dataloaders are built|"
                            r"after model, optimizer|done with setup|DeepSpeed info: version|"
                            r"Restoring states from the checkpoint|\| Name +\| Type|Trainable params", re.I)),
-    ("init", re.compile(r"initializing torch distributed|NCCL INFO Bootstrap|Init START|Init COMPLETE|"
-                        r"setting random seeds|init_distributed|Setting ds_accelerator|"
-                        r"time to initialize megatron|after megatron is initialized|NCCL version|"
+    ("init", re.compile(r"initializing torch distributed|setting random seeds|init_distributed|"
+                        r"Setting ds_accelerator|time to initialize megatron|after megatron is initialized|"
                         r"Initializing distributed: GLOBAL_RANK|All distributed processes registered|"
-                        r"WORLD INFO DICT|dist_world_size=", re.I)),
+                        r"WORLD INFO DICT|dist_world_size=|" + _COMMUNICATOR, re.I)),
 ]
 
-# NCCL creates a communicator whenever a process group first runs a collective (lazily, and for every new sub-group),
-# so its start-up lines also appear mid-run: after a file's training began they are not a return to init.
-COMMUNICATOR_INIT = re.compile(r"NCCL INFO Bootstrap|Init START|Init COMPLETE|NCCL version", re.I)
+COMMUNICATOR_INIT = re.compile(_COMMUNICATOR, re.I)
 
 # The per-iteration line of each framework; the raw line gives the iteration number.
 ITERATION_SHAPE = re.compile(r"\biteration <\*>/ ?<\*> \||\bstep=<\*>, skipped=|global_step=<\*>|"
