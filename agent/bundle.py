@@ -58,7 +58,7 @@ class ConfirmingFinding(BaseModel):
 
 class BundledCause(BaseModel):
     label: str
-    role: str  # root_cause | also_found
+    role: str  # root_cause | follows (what followed from a cause on its device) | also_found
     confidence: float = 0.0
     evidence: list[str] = Field(default_factory=list)
     findings: list[ConfirmingFinding] = Field(default_factory=list)

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agent.agents.attribution import GPU_ENTITY
+from agent.agents.conclusion import Suspected
 from agent.bundle import BundleInfo
 from agent.graph.state import load_judgements, load_results
 from agent.incident import Attachment
@@ -27,7 +28,10 @@ class RootCause(BaseModel):
     # where it is: host, GPU (index, PCI bus id, UUID, serial) or NIC, as the checks and the inventory name it
     where: list[str] = Field(default_factory=list)
     lines: list[str] = Field(default_factory=list)  # the raw tool lines behind it, verbatim
-    link: str = ""  # how it is tied to the incident's own lines (agents/attribution.py)
+    link: str = ""  # how it is tied to the incident (or not), in one line (agents/attribution.py)
+    # a root cause's level: confirmed (the incident's lines, devices or time tie it) or probable (a state the hosts
+    # are in that fits the incident, nothing better found); empty for what followed from a cause or was also found
+    level: str = ""
     # what the vendor recommends for the confirming findings ("drain the node, then reset GPU3 on node-1"), as the
     # checks' catalogues say it (NVIDIA's Xid catalogue for xid_scan)
     actions: list[str] = Field(default_factory=list)
@@ -48,7 +52,10 @@ class Report(BaseModel):
     resolved: bool
     pipeline: int  # 1 historical, 2 taxonomy DFS, 3 exploration (after feedback); 0 unresolved
     root_causes: list[RootCause] = Field(default_factory=list)
+    follows: list[RootCause] = Field(default_factory=list)  # what followed from a root cause on its own device
     also_found: list[RootCause] = Field(default_factory=list)  # confirmed on the hosts, not this incident's cause
+    # nothing claimed, and the likeliest causes could not be checked from here: for whoever can (never a claim)
+    suspected: list[Suspected] = Field(default_factory=list)
     explanation: str = ""
     title: str = ""
     incident: str = ""
@@ -80,8 +87,11 @@ class Report(BaseModel):
     def contract(self) -> dict[str, Any]:
         """The `--json` output: DESIGN.md's report contract first, the details after it."""
         head = {"resolved": self.resolved, "pipeline": self.pipeline,
-                "root_causes": [{"label": c.label, "confidence": c.confidence, "evidence": c.evidence,
-                                 "where": c.where} for c in self.root_causes],
+                "root_causes": [{"label": c.label, "level": c.level, "confidence": c.confidence,
+                                 "reasons": c.link, "evidence": c.evidence, "where": c.where}
+                                for c in self.root_causes],
+                "suspected": [{"label": s.label, "level": "suspected", "commands": s.commands}
+                              for s in self.suspected],
                 "path": [f"{s.node}:{s.action}" for s in self.path if s.action not in ("rank", "start")],
                 "checks_run": self.checks_run, "check_seconds": round(self.check_seconds, 3),
                 "llm_calls": self.llm_calls, "tokens": self.tokens}
@@ -204,12 +214,18 @@ def build_report(run_id: str, state: dict[str, Any], taxonomy: Taxonomy, *, usag
     inventories = {host: HostInventory.model_validate(saved["inventory"])
                    for host, saved in state.get("inventory", {}).items()}
     links = conclusion.get("links") or {}
+    levels = conclusion.get("levels") or {}
+    claims = conclusion.get("claims") or {}
     incident = state.get("incident") or {}
     jobs = [SlurmJob.model_validate(job) for job in incident.get("slurm_jobs") or []]
 
     def causes_of(key: str) -> list[RootCause]:
-        return [_cause(LeafJudgement.model_validate(j), taxonomy, results, inventories, links.get(j["label"], ""),
-                       jobs, run_id) for j in conclusion.get(key, [])]
+        causes = [_cause(LeafJudgement.model_validate(j), taxonomy, results, inventories, links.get(j["label"], ""),
+                         jobs, run_id) for j in conclusion.get(key, [])]
+        if key == "root_causes":  # a claimed cause's confidence is its claim's (agents/attribution.py), not the leaf's
+            causes = [c.model_copy(update={"level": levels.get(c.label, "confirmed"),
+                                           "confidence": claims.get(c.label, c.confidence)}) for c in causes]
+        return causes
 
     causes = causes_of("root_causes")
     summary = state.get("summary") or {}
@@ -217,7 +233,9 @@ def build_report(run_id: str, state: dict[str, Any], taxonomy: Taxonomy, *, usag
     usage = usage or Usage()
     return Report(
         run_id=run_id, resolved=bool(conclusion.get("resolved")), pipeline=int(conclusion.get("pipeline", 0)),
-        root_causes=causes, also_found=causes_of("also_found"), explanation=str(conclusion.get("explanation", "")),
+        root_causes=causes, follows=causes_of("follows"), also_found=causes_of("also_found"),
+        suspected=[Suspected.model_validate(s) for s in conclusion.get("suspected") or []],
+        explanation=str(conclusion.get("explanation", "")),
         title=summary.get("title", ""),
         incident=incident.get("text", ""), environment=incident.get("environment", ""), hosts=hosts,
         inventory=[Expectations.model_validate(saved["expectations"]) for saved in state.get("inventory", {}).values()],

@@ -44,7 +44,9 @@ def ticket_data(report: Report, hostnames: list[str] | None = None, redactor: Re
         # what each host is and what it was judged by; the hosts nothing could be checked on, and why
         "host_inventory": [e.model_dump(mode="json", exclude={"values"}) for e in report.inventory],
         "root_causes": [c.model_dump(mode="json") for c in report.root_causes],
+        "follows": [c.model_dump(mode="json") for c in report.follows],
         "also_found": [c.model_dump(mode="json") for c in report.also_found],
+        "suspected": [s.model_dump(mode="json") for s in report.suspected],
         "conclusion": report.explanation,
         "hypotheses_tested": [{"label": j.label, "status": j.status, "confidence": j.confidence, "why": j.why}
                               for j in report.hypotheses],
@@ -184,7 +186,9 @@ def render_markdown(data: dict[str, Any], channel: str = "cli") -> str:
 def _causes(data: dict[str, Any]) -> list[str]:
     out = ["## Root cause" if len(data["root_causes"]) == 1 else "## Root causes", ""]
     for i, cause in enumerate(data["root_causes"], 1):
-        out.append(f"{i}. **{cause['label']}** (confidence {cause['confidence']:.2f}, {cause['severity']})")
+        level = cause.get("level") or "confirmed"
+        out.append(f"{i}. **{cause['label']}** ({level}, confidence {cause['confidence']:.2f}, {cause['severity']})")
+        out += [f"   - {level}: {cause['link']}"] if cause.get("link") else []
         out += [f"   - where: {'; '.join(cause['where'])}"] if cause.get("where") else []
         actions = cause.get("actions") or []
         out += [f"   - action: {action}" for action in actions]
@@ -195,6 +199,8 @@ def _causes(data: dict[str, Any]) -> list[str]:
         out += [f"   - evidence: `{line}`" for line in cause["evidence"][:4]]
         if cause["why"] and cause["why"] not in data["conclusion"]:
             out.append(f"   - why: {cause['why']}")
+    for cause in data.get("follows") or []:
+        out.append(f"- what followed from it: **{cause['label']}** ({cause.get('link', '')})")
     out += ["", data["conclusion"], ""] if data["conclusion"] else [""]
     return out
 
@@ -244,6 +250,12 @@ def _no_cause(data: dict[str, Any]) -> list[str]:
         for check in failing[:6]:
             out.append(f"- {check['host']} {check['check']} {check['verdict']}: {_md_escape(check['findings'][0])}")
             out += [f"  - line: `{line[:300]}`" for line in check.get("lines", [])[:2]]
+        out.append("")
+    if data.get("suspected"):
+        out += ["**Suspected (not checked: the view the diagnosis ran in cannot see it).** Run on the host:", ""]
+        for s in data["suspected"]:
+            out.append(f"- {s['label']} (likely cause no. {s['rank']} of the incident's text): {_md_escape(s['why'])}")
+            out += [f"  - `{command}`" for command in s["commands"][:6]]
         out.append("")
     open_leads = [h for h in data["hypotheses_tested"] if h["status"] not in ("rejected", "confirmed")]
     if open_leads:

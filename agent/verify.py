@@ -67,7 +67,7 @@ class CheckAgain(BaseModel):
 
 class CauseVerification(BaseModel):
     label: str
-    role: str  # root_cause | also_found
+    role: str  # root_cause | follows | also_found
     status: Status
     why: str
     checks: list[CheckAgain] = Field(default_factory=list)
@@ -111,7 +111,8 @@ def concluded_causes(state: dict[str, Any], run_id: str) -> list[tuple[str, Leaf
     if not conclusion:
         raise NothingToVerify(f"run {run_id} has not concluded: finish it first (`aidai diagnose --resume {run_id}`)")
     causes = [("root_cause", LeafJudgement.model_validate(j)) for j in conclusion.get("root_causes", [])]
-    causes += [("also_found", LeafJudgement.model_validate(j)) for j in conclusion.get("also_found", [])]
+    causes += [(role, LeafJudgement.model_validate(j)) for role in ("follows", "also_found")
+               for j in conclusion.get(role, [])]
     if not causes:
         raise NothingToVerify(f"run {run_id} confirmed no cause: there is nothing to verify (its ticket escalates)")
     return causes

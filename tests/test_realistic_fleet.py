@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from agent.agents.attribution import attribute
+from agent.agents import attribution
+from agent.agents.attribution import PROBABLE, attribute
 from agent.checks.runner import CheckRunner
 from agent.executors.hosts import executors_for
 from agent.graph.build import DiagnosisGraph, GraphTools
@@ -183,16 +184,49 @@ def test_nothing_is_claimed_when_the_named_cause_left_no_evidence() -> None:
     assert ECC in found.links[PORT_DOWN]
 
 
-def test_a_vague_incident_claims_a_confirmed_leaf_only_when_it_reads_like_it() -> None:
+def test_a_vague_incident_claims_a_confirmed_leaf_as_probable_only_when_it_fits() -> None:
     latent = judgement(PORT_DOWN, ["nic_config:port_down@mlx5_7 (FAIL)"])
     vague = summary("the training job stopped overnight")
-    # a port found down that nothing ties to the incident is something the hosts carry: reported, not claimed
+    # a port found down that nothing ties to the incident and that it does not read like: reported, not claimed
     unread = attribute(TAXONOMY, vague, [latent], [latent], {PORT_DOWN: 30})
     assert unread.primary == [] and [j.label for j in unread.also_found] == [PORT_DOWN]
-    assert "nothing ties it" in unread.links[PORT_DOWN]
-    # among the incident's likeliest causes before any check, the confirmed leaf is its cause
+    assert "a state the hosts are in" in unread.links[PORT_DOWN] and unread.claims[PORT_DOWN] < PROBABLE
+    # the incident's likeliest cause before any check, found on the hosts: probable, never confirmed
     read = attribute(TAXONOMY, vague, [latent], [latent], {PORT_DOWN: 2})
     assert [j.label for j in read.primary] == [PORT_DOWN] and "reads like it" in read.links[PORT_DOWN]
+    assert read.levels == {PORT_DOWN: "probable"} and read.claims[PORT_DOWN] >= PROBABLE
+
+
+def test_a_present_state_that_fails_jobs_the_way_the_incident_says_is_probable() -> None:
+    psu = judgement("GPU.POWER.PSU_INSUFFICIENT", ["clocks_thermal_power:power_brake@GPU2 (FAIL)"])
+    # "reboots" is shown by few leaves: a power brake the hosts show explains it, with nothing better found
+    rebooting = attribute(TAXONOMY, summary("whole machine reboots a few minutes into training"), [psu], [psu],
+                          {"GPU.POWER.PSU_INSUFFICIENT": 12})
+    assert rebooting.levels == {"GPU.POWER.PSU_INSUFFICIENT": "probable"}
+    assert "fails jobs the way the incident says (reboots)" in rebooting.links["GPU.POWER.PSU_INSUFFICIENT"]
+    # the same state, for an incident its symptoms do not fit, is only reported
+    oom = attribute(TAXONOMY, summary("CUDA out of memory at step 10"), [psu], [psu],
+                    {"GPU.POWER.PSU_INSUFFICIENT": 12})
+    assert oom.primary == []
+
+
+def test_leaves_the_lines_point_to_lower_a_claim_elsewhere_and_raise_one_beside_them() -> None:
+    text = "NCCL INFO NET/Plugin : Plugin load returned 2 : libnccl-net.so: cannot open shared object file"
+    plugin = "INTERCONNECT_NETWORKING.NCCL.NET_PLUGIN_NOT_LOADED"
+    hca = judgement("INTERCONNECT_NETWORKING.NCCL.IB_HCA_MISCONFIG", ["nccl_env:ib_hca_ethernet@mlx5_1 (FAIL)"])
+    remap = judgement(REMAP, ["gpu_memory_errors:row_remap_pending@GPU5 (FAIL)"])
+    # the plugin leaf the line names was checked and found nothing
+    named = LeafJudgement(label=plugin, status="rejected", confidence=0.0, why="found nothing",
+                          evidence=Evidence(strength="none", rejected_by=["nccl_env@node-1"]))
+    ranks = {"INTERCONNECT_NETWORKING.NCCL.IB_HCA_MISCONFIG": 8, REMAP: 8}
+    found = attribute(TAXONOMY, summary(text), [hca, remap], [hca, remap, named], ranks)
+    features = {j.label: attribution.features(TAXONOMY, summary(text), j, [hca, remap, named], [hca, remap],
+                                              ranks, 1)[0] for j in (hca, remap)}
+    # the HCA setting is in the NCCL sub-category the line points to; the remapped GPU row is elsewhere
+    assert features["INTERCONNECT_NETWORKING.NCCL.IB_HCA_MISCONFIG"].named_sub
+    assert features[REMAP].named_elsewhere and not features[REMAP].named_sub
+    assert found.claims[REMAP] < found.claims["INTERCONNECT_NETWORKING.NCCL.IB_HCA_MISCONFIG"]
+    assert plugin in found.links[REMAP]
 
 
 def test_an_event_in_the_incident_window_ties_a_cause_to_it() -> None:
@@ -213,10 +247,24 @@ def test_unrelated_problems_are_reported_and_what_shares_the_causes_gpu_joins_it
     vague = summary("the training job stopped overnight")
     far = {PORT_DOWN: 40, ECC: 41, "GPU.HARDWARE.FAULTY_GPU": 42}
     assert attribute(TAXONOMY, vague, [port, gpu, same_gpu], [port, gpu, same_gpu], far).primary == []
-    # one problem seen by two leaves (the same GPU) is one cause; the port elsewhere is reported
+    # one problem seen by two leaves (the same GPU) is one cause and what followed from it; the port elsewhere is
+    # reported
     found = attribute(TAXONOMY, vague, [port, gpu, same_gpu], [port, gpu, same_gpu], {**far, ECC: 1})
-    assert [j.label for j in found.primary] == [ECC, "GPU.HARDWARE.FAULTY_GPU"]
+    assert [j.label for j in found.primary] == [ECC]
+    assert [j.label for j in found.follows] == ["GPU.HARDWARE.FAULTY_GPU"]
+    assert "followed from GPU.MEMORY.UNCORRECTABLE_ECC on gpu1" in found.links["GPU.HARDWARE.FAULTY_GPU"]
     assert [j.label for j in found.also_found] == [PORT_DOWN]
+
+
+def test_one_ecc_event_and_its_consequences_are_one_cause() -> None:
+    text = "RuntimeError: CUDA error: uncorrectable ECC error encountered on GPU 3; Xid 48"
+    ecc = judgement(ECC, ["gpu_memory_errors:ecc_uncorrectable@GPU3 (FAIL)", "xid_scan:xid_48@GPU3 (FAIL)"])
+    contained = judgement("GPU.MEMORY.CONTAINED_ECC_ERROR", ["xid_scan:xid_94@GPU3 (FAIL)"])
+    remap = judgement(REMAP, ["gpu_memory_errors:row_remap_pending@GPU3 (FAIL)", "xid_scan:xid_63@GPU3 (FAIL)"])
+    found = attribute(TAXONOMY, summary(text), [remap, contained, ecc], [remap, contained, ecc])
+    assert [j.label for j in found.primary] == [ECC] and found.levels == {ECC: "confirmed"}
+    assert {j.label for j in found.follows} == {"GPU.MEMORY.CONTAINED_ECC_ERROR", REMAP}
+    assert found.also_found == []
 
 
 def test_a_host_ties_a_cause_only_on_a_job_of_several_hosts() -> None:
@@ -255,8 +303,11 @@ def test_only_confirmed_causes_tied_to_the_incident_are_corroborated(monkeypatch
     remap = judgement(REMAP, ["gpu_memory_errors:row_remap_pending@GPU1 (FAIL)"])
     corroborated: list[str] = []
 
-    def execute(state: Any, label: str, costly_too: bool = False) -> tuple[list[Any], dict[str, Any]]:
+    purposes: list[str] = []
+
+    def execute(state: Any, label: str, costly_too: bool = False, purpose: str = "") -> tuple[list[Any], dict[str, Any]]:
         corroborated.append(label)
+        purposes.append(purpose)
         return [], {}
 
     monkeypatch.setattr(graph, "_execute", execute)
@@ -268,6 +319,12 @@ def test_only_confirmed_causes_tied_to_the_incident_are_corroborated(monkeypatch
 
     # a port down that nothing ties to an ECC incident is reported as found: no minutes of load to rank it
     assert graph.corroborate(state(ecc, port)) == {} and corroborated == []
-    # the ECC error and the row remap it left on the same GPU both tie: which comes first rests on all evidence
-    graph.corroborate(state(ecc, port, remap))
-    assert sorted(corroborated) == sorted([ECC, REMAP])
+    # the row remap the ECC error left on its GPU followed from it: one cause, nothing to rank with a load test
+    assert graph.corroborate(state(ecc, port, remap)) == {} and corroborated == []
+    # two independent causes tied to the incident: the load test decides which comes first, and says so
+    nvlink = judgement("INTERCONNECT_NETWORKING.NVLINK.LINK_HARDWARE_FAULT", ["nvlink_status:link_down@GPU5 (FAIL)"])
+    both = "RuntimeError: CUDA error: uncorrectable ECC error encountered on GPU 1 and GPU 5; Xid 48; Xid 74"
+    graph.corroborate({**state(ecc, nvlink), "incident": Incident(text=both).model_dump(mode="json"),
+                       "summary": summary(both).model_dump(mode="json")})
+    assert sorted(corroborated) == sorted([ECC, "INTERCONNECT_NETWORKING.NVLINK.LINK_HARDWARE_FAULT"])
+    assert all("decides which of them comes first" in p for p in purposes)

@@ -1,109 +1,148 @@
-"""Which confirmed cause caused *this* incident: real hosts carry old and unrelated problems, so a leaf whose
-checks confirm it is a cause only when something ties it to the incident.
+"""Which confirmed cause caused *this* incident, and how sure we are: real hosts carry old and unrelated problems,
+so a leaf whose checks confirm it is scored for its claim to be this incident's cause, once, from what an expert
+weighs, and the score decides.
 
-A confirmed leaf is tied to the incident by
-  - text: one of its signatures matches the incident's lines, or one of its Xids is in them;
-  - time: a finding behind it is an event dated inside the incident's window (a check whose manifest entry says
-    `events: true`), not a state the host may have carried for weeks;
-  - entities: a finding behind it names a GPU or NIC the incident names, or, on a job of several hosts, a host it
-    names (on one host every finding is on the host the incident runs on, which ties nothing);
-  - the reading: it is among the READING_TOP likeliest causes of the incident as the reasoner read it before any
-    check ran (its lines, its similarity to each leaf, the causes of similar past incidents). Any leaf of the
-    taxonomy can be confirmed on a host that carries an old problem; one the incident reads like is rarely a
-    coincidence.
-It is held against the incident when the incident names GPUs (or NICs) and every finding of that kind behind it
-is on others. The primary causes are the tied leaves, the strongest evidence first, then the closer tie, then the
-better reading. When nothing is tied but the incident's lines name leaves whose checks found nothing, a confirmed
-leaf in their sub-category (MAIN.SUB) is claimed: signatures are often generic (an NCCL error line fits several
-NCCL leaves). Every other confirmed leaf is reported as "also found on the hosts, not the cause of this incident",
-with why; when none is tied, nothing is claimed and the incident escalates with what was found.
+What is weighed for each confirmed leaf (`Features`):
+  - ties to the incident: its lines (a signature or one of its Xids), its window (a finding of a check whose
+    manifest entry says `events: true`: an event dated inside the window, not a state the host may have carried for
+    weeks), the devices and hosts it names (a finding on a GPU or NIC the incident names; on a job of several hosts,
+    a host it names). When the incident names GPUs or NICs and every finding of that kind is on others, the leaf is
+    held against the incident;
+  - fit: how the incident reads before any check (the leaf's rank among every leaf: its lines, its similarity, the
+    causes of similar past incidents), and whether the leaf fails jobs the way the incident says they failed
+    (its symptom classes, weighted by how few leaves show the same class: "hang" is shown by a third of them,
+    "reboot" by a tenth);
+  - competition: the leaves the incident's lines point to whose checks found nothing (they lower the claim of a
+    leaf elsewhere, and raise one in their own sub-category: an NCCL error line fits several NCCL leaves), and the
+    other confirmed leaves nothing ties either (a host that carries several old problems makes each less likely).
+`CLAIM_WEIGHTS` turn them into one probability that the leaf is the incident's cause, against the other confirmed
+leaves and against none of them (a conditional logit; `python -m eval.attribution_fit` fits it on traced benchmark
+runs and prints its reliability).
+
+The levels a reader sees:
+  - confirmed: the incident's own lines, devices or time tie the leaf to it;
+  - probable: nothing ties any leaf, and this one is a state the hosts are in now that fits the incident
+    (claim >= PROBABLE): it answers the customer, said as probable;
+  - anything else confirmed is "also found on the hosts, not the cause of this incident", with why.
+What happened to the cause's own GPU or NIC (an uncorrectable ECC error's pending row remap) is one failure: those
+leaves follow from the cause (`follows`), they are not causes of their own.
 """
 
 from __future__ import annotations
 
+import math
 import re
+from collections import Counter
+from functools import lru_cache
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from agent.incident import IncidentSummary
-from agent.reasoning import text_signals
+from agent.reasoning import symptoms, text_signals
 from agent.reasoning.base import LeafJudgement
 from agent.taxonomy import Taxonomy
 
-STRENGTH = {"strong": 2, "weak": 1}
-# how many of the incident's likeliest readings tie a confirmed leaf to it: about one leaf in thirteen of the
-# shipped taxonomy (65 leaves); eval/results/diagnosis/attribution.md measures 3 to 10
-READING_TOP = 5
+Level = Literal["confirmed", "probable"]
+LEVELS: tuple[Level, ...] = ("confirmed", "probable")
+# a cause nothing ties is claimed when it is more likely than not (eval/results/diagnosis/attribution.md)
+PROBABLE = 0.5
+# the conditional logit's weights over `Features` (eval/attribution_fit.py fits them on the dev fleet's traced runs)
+CLAIM_WEIGHTS: dict[str, float] = {
+    "bias": -0.66, "strong": 0.0, "text": 1.96, "dated": 1.47, "entity": 0.0, "held": 0.21, "reading": 3.33,
+    "symptom": 1.76, "named_sub": 1.34, "named_elsewhere": -1.46, "rivals": -0.48,
+}
 GPU_ENTITY = re.compile(r"^GPU\s?(\d{1,2})$", re.IGNORECASE)
 BUS = re.compile(r"(?:[0-9a-f]{4,8}:)?([0-9a-f]{2}):([0-9a-f]{2})\.?([0-7])?", re.IGNORECASE)
 NIC_PREFIXES = ("mlx5_", "ib", "eth", "en", "bond", "hsn")
 
 
+class Features(BaseModel):
+    """What an expert weighs about one confirmed leaf's claim to be the incident's cause (module docstring)."""
+
+    strong: bool = False  # a FAIL confirms it (a WARN alone is weak evidence)
+    text: bool = False  # the incident's lines match it
+    dated: bool = False  # an event behind it is dated inside the incident's window
+    entity: bool = False  # a finding behind it is on a device (or host) the incident names
+    held: bool = False  # the incident names devices of its kind, and every finding of that kind is on others
+    reading: float = 0.0  # 1 / its rank in the incident's reading before any check (1 = likeliest)
+    symptom: float = 0.0  # how specifically its symptom classes fit the incident's words (0: not at all)
+    named_sub: bool = False  # it is in the sub-category of a leaf the lines point to whose checks found nothing
+    named_elsewhere: bool = False  # the lines point to leaves elsewhere whose checks found nothing
+    rivals: int = 0  # other confirmed leaves nothing ties either
+
+    @property
+    def tied(self) -> bool:
+        """The incident's own lines, devices or time tie it (a held-against leaf needs its lines)."""
+        return self.text or ((self.dated or self.entity) and not self.held)
+
+    def vector(self) -> dict[str, float]:
+        return {"strong": float(self.strong), "text": float(self.text), "dated": float(self.dated), "entity": float(self.entity),
+                "held": float(self.held), "reading": self.reading, "symptom": self.symptom,
+                "named_sub": float(self.named_sub), "named_elsewhere": float(self.named_elsewhere),
+                "rivals": float(min(self.rivals, 3))}
+
+
 class Attribution(BaseModel):
     primary: list[LeafJudgement] = Field(default_factory=list)  # the causes of this incident, primary first
+    follows: list[LeafJudgement] = Field(default_factory=list)  # what followed from a cause on its own device
     also_found: list[LeafJudgement] = Field(default_factory=list)  # confirmed on the hosts, not this incident's
-    links: dict[str, str] = Field(default_factory=dict)  # label -> how it is tied to the incident (or not)
+    links: dict[str, str] = Field(default_factory=dict)  # label -> how it is tied to the incident (or not), one line
+    levels: dict[str, Level] = Field(default_factory=dict)  # label of a primary cause -> its level
+    claims: dict[str, float] = Field(default_factory=dict)  # label -> probability that it is the incident's cause
+
+
+def claims(found: dict[str, Features], weights: dict[str, float] | None = None) -> dict[str, float]:
+    """Each confirmed leaf's probability of being the incident's cause, against the others and against "none of
+    them" (a conditional logit: the hosts may carry only old problems, and the cause may be one no check saw)."""
+    w = weights or CLAIM_WEIGHTS
+    odds = {label: math.exp(min(50.0, w.get("bias", 0.0) + sum(w.get(name, 0.0) * value
+                                                                 for name, value in f.vector().items())))
+            for label, f in found.items()}
+    total = 1.0 + sum(odds.values())
+    return {label: value / total for label, value in odds.items()}
 
 
 def attribute(taxonomy: Taxonomy, summary: IncidentSummary, confirmed: list[LeafJudgement],
-              tested: list[LeafJudgement], reading: dict[str, int] | None = None, hosts: int = 1) -> Attribution:
+              tested: list[LeafJudgement], reading: dict[str, int] | None = None, hosts: int = 1,
+              weights: dict[str, float] | None = None) -> Attribution:
     """`reading`: each leaf's rank (1 = likeliest) in the reasoner's reading of the incident before any check;
-    `hosts`: how many hosts the job has."""
+    `hosts`: how many hosts the job has; `weights`: the claim model's (default CLAIM_WEIGHTS)."""
     unique = list({j.label: j for j in confirmed}.values())
     if not unique:
         return Attribution()
-    events = {spec.id for spec in taxonomy.manifest.checks if spec.events}
+    found = {j.label: features(taxonomy, summary, j, tested, unique, reading or {}, hosts) for j in unique}
+    scores = claims({label: f for label, (f, _) in found.items()}, weights)
+    links = {label: why for label, (_, why) in found.items()}
     ranks = reading or {}
-    scored = {j.label: _link(taxonomy, summary, j, events, ranks.get(j.label), hosts) for j in unique}
-    worst = len(ranks) + 1
-    ordered = sorted(unique, key=lambda j: (scored[j.label][0] <= 0, -STRENGTH.get(j.evidence.strength, 0),
-                                            -scored[j.label][0], ranks.get(j.label, worst), -j.confidence))
-    links = {label: why for label, (_, why) in scored.items()}
-    primary = [j for j in ordered if scored[j.label][0] > 0]
-    if primary:
-        # what the causes did to their own GPU or NIC (an ECC error's pending row remap) is part of the same failure
-        places = {e for j in primary for e in _places(j)}
-        for j in ordered:
-            if j not in primary and (shared := _places(j) & places):
-                primary.append(j)
-                links[j.label] = f"on {', '.join(sorted(shared))}, like {primary[0].label}"
-        return Attribution(primary=primary, also_found=[j for j in ordered if j not in primary], links=links)
-    named = [j.label for j in tested if j.status != "confirmed" and _text_fit(taxonomy, summary, j.label)]
-    # signatures are often generic (an NCCL error line fits several NCCL leaves): a confirmed leaf in the
-    # sub-category the lines point to is the incident's; one elsewhere is something else the hosts carry
-    categories = {_sub(label) for label in named}
-    primary = [j for j in ordered if _sub(j.label) in categories]
-    for j in ordered:
-        if j in primary:
-            links[j.label] += f"; in the category of {', '.join(named[:3])}, which the incident's lines point to"
-        elif named:
-            links[j.label] += f"; the incident's lines point to {', '.join(named[:3])}, whose checks found nothing"
-    return Attribution(primary=primary, also_found=[j for j in ordered if j not in primary], links=links)
+    ordered = sorted(unique, key=lambda j: (-scores[j.label], ranks.get(j.label, len(ranks) + 1)))
+    tied = [j for j in ordered if found[j.label][0].tied]
+    if tied:
+        primary, level = tied, "confirmed"
+    else:
+        primary = [j for j in ordered if scores[j.label] >= PROBABLE and not found[j.label][0].held]
+        level = "probable"
+    follows = _follows(primary, ordered, links)
+    primary = [j for j in primary if j not in follows]
+    rest = [j for j in ordered if j not in primary and j not in follows]
+    for j in rest:
+        links[j.label] += "; " + (f"{primary[0].label} explains the incident better" if primary else
+                                  f"too weak a claim to name it ({scores[j.label]:.2f})")
+    return Attribution(primary=primary, follows=follows, also_found=rest, links=links,
+                       levels={j.label: level for j in primary},  # type: ignore[misc]
+                       claims={label: round(p, 3) for label, p in scores.items()})
 
 
-def _sub(label: str) -> str:
-    return ".".join(label.split(".")[:2])
-
-
-def _text_fit(taxonomy: Taxonomy, summary: IncidentSummary, label: str) -> bool:
-    node = taxonomy.node(label)
-    return bool(node.matching_signatures(summary.text)) or bool(set(node.xids) & set(summary.entities.xids))
-
-
-def _link(taxonomy: Taxonomy, summary: IncidentSummary, judgement: LeafJudgement, events: set[str],
-          rank: int | None, hosts: int) -> tuple[float, str]:
-    """(score, why): 2 for the text, 1 for an event in the incident's window, 1 for a shared entity, 0.5 for the
-    reading (a prior, not evidence of this incident: it ties a leaf, but its lines, an event or a named device tie
-    one closer), -1 when the incident names others of a kind."""
-    score: float = 0
-    why: list[str] = []
-    if _text_fit(taxonomy, summary, judgement.label):
-        score += 2
-        why.append("the incident's lines match it")
+def features(taxonomy: Taxonomy, summary: IncidentSummary, judgement: LeafJudgement, tested: list[LeafJudgement],
+             confirmed: list[LeafJudgement], reading: dict[str, int], hosts: int) -> tuple[Features, str]:
+    """(features, why in one line) of one confirmed leaf."""
+    events = {spec.id for spec in taxonomy.manifest.checks if spec.events}
+    f = Features(strong=judgement.evidence.strength == "strong", text=_text_fit(taxonomy, summary, judgement.label))
+    why: list[str] = ["the incident's lines match it"] if f.text else []
     dated = sorted({entry.partition(":")[0] for entry in judgement.evidence.matched
                     if entry.partition(":")[0] in events and entry.endswith("(FAIL)")})
     if dated:
-        score += 1
+        f.dated = True
         why.append("it happened in the incident's window (" + ", ".join(dated) + ")")
     named_gpus = {g for g in map(_gpu_key, summary.entities.gpus) if g}
     named_devices = {d.lower() for d in summary.entities.devices}
@@ -115,17 +154,73 @@ def _link(taxonomy: Taxonomy, summary: IncidentSummary, judgement: LeafJudgement
     devices = {e.lower() for e in entities if e.lower().startswith(NIC_PREFIXES)}
     shared = (gpus & named_gpus) | (devices & named_devices) | ({e.lower() for e in entities} & named_hosts)
     if shared:
-        score += 1
+        f.entity = True
         why.append("it is on " + ", ".join(sorted(shared)) + ", which the incident names")
     elif (gpus and named_gpus) or (devices and named_devices):
-        score -= 1
+        f.held = True
         why.append("it is on " + ", ".join(sorted(gpus | devices)) + "; the incident names "
                    + ", ".join(sorted(named_gpus | named_devices)))
-    if rank is not None and rank <= READING_TOP:
-        score += 0.5
+    rank = reading.get(judgement.label)
+    if rank:
+        f.reading = 1.0 / rank
+    fits = _symptom_fit(taxonomy, summary.text, judgement.label)
+    if fits:
+        f.symptom, words = fits
+        why.append(f"it fails jobs the way the incident says ({words})")
+    named = [j.label for j in tested if j.status != "confirmed" and _text_fit(taxonomy, summary, j.label)]
+    if named:
+        f.named_sub = _sub(judgement.label) in {_sub(label) for label in named}
+        f.named_elsewhere = not f.named_sub
+        why.append(f"{'in the category of' if f.named_sub else 'the incident lines point to'} "
+                   f"{', '.join(named[:3])}, whose checks found nothing")
+    f.rivals = sum(1 for other in confirmed if other.label != judgement.label
+                   and not _text_fit(taxonomy, summary, other.label))
+    if rank and rank <= 10:
         why.append(f"the incident reads like it (its likely cause no. {rank} before any check)")
-    return score, "; ".join(why) or "nothing ties it to the incident: not its lines, what they name, its window " \
-                                    "or its likely causes"
+    if not f.tied:
+        why.insert(0, "a state the hosts are in: nothing dates it to the incident or puts it on what the incident "
+                      "names")
+    return f, "; ".join(why)
+
+
+def _follows(primary: list[LeafJudgement], ordered: list[LeafJudgement], links: dict[str, str]) -> list[LeafJudgement]:
+    """Confirmed leaves on a primary cause's own GPU or NIC: what the cause did to its device (an uncorrectable ECC
+    error's pending row remap), one failure with it, not a cause of its own."""
+    follows: list[LeafJudgement] = []
+    for cause in primary:
+        places = _places(cause)
+        for j in ordered:
+            if j is cause or j in follows or (j in primary and primary.index(j) < primary.index(cause)):
+                continue
+            if shared := _places(j) & places:
+                follows.append(j)
+                links[j.label] = f"followed from {cause.label} on {', '.join(sorted(shared))}"
+    return follows
+
+
+def _sub(label: str) -> str:
+    return ".".join(label.split(".")[:2])
+
+
+def _text_fit(taxonomy: Taxonomy, summary: IncidentSummary, label: str) -> bool:
+    node = taxonomy.node(label)
+    return bool(node.matching_signatures(summary.text)) or bool(set(node.xids) & set(summary.entities.xids))
+
+
+@lru_cache(maxsize=8)
+def _symptom_rarity(taxonomy: Taxonomy) -> dict[str, float]:
+    """Each symptom class's specificity in [0, 1]: log(leaves / leaves showing it) / log(leaves)."""
+    leaves = list(taxonomy.leaves())
+    counts = Counter(s for leaf in leaves for s in leaf.symptoms)
+    return {s: math.log(len(leaves) / n) / math.log(len(leaves)) for s, n in counts.items()}
+
+
+def _symptom_fit(taxonomy: Taxonomy, text: str, label: str) -> tuple[float, str] | None:
+    """(specificity, the words) of the rarest symptom class the leaf shares with the incident's words."""
+    words = symptoms.shown(text)
+    rarity = _symptom_rarity(taxonomy)
+    shared = [(rarity.get(s, 0.0), words[s]) for s in taxonomy.node(label).symptoms if s in words]
+    return max(shared) if shared else None
 
 
 def _places(judgement: LeafJudgement) -> set[str]:

@@ -1,11 +1,66 @@
-"""Conclusion agent: writes the explanation of the confirmed root causes (agents/attribution.py orders them)."""
+"""Conclusion agent: writes the explanation of the claimed root causes (agents/attribution.py decides which, at
+which level), and, when none is claimed because the view hid the tools, what is suspected and how to check it."""
 
 from __future__ import annotations
 
+from pydantic import BaseModel, Field
+
+from agent.agents.attribution import Attribution
 from agent.incident import IncidentSummary
+from agent.models import CheckResult, Verdict
 from agent.reasoning.base import LeafJudgement, Observation, Reasoner
+from agent.taxonomy import Taxonomy
+
+# the incident's likeliest causes (by its reading) that are named as suspected when their checks could not see
+SUSPECTED_TOP = 3
 
 
-def explain(reasoner: Reasoner, summary: IncidentSummary, ordered: list[LeafJudgement],
-            memory: list[Observation]) -> str:
-    return reasoner.conclude(summary, ordered, memory)
+class Suspected(BaseModel):
+    """A cause the text and history point to that no check here could see: suspected (not checked), with the
+    commands whoever can see it (the provider, on the host) must run."""
+
+    label: str
+    rank: int  # its place in the incident's reading before any check
+    why: str  # why it could not be checked here
+    commands: list[str] = Field(default_factory=list)
+
+
+def explain(reasoner: Reasoner, summary: IncidentSummary, found: Attribution, memory: list[Observation]) -> str:
+    text = reasoner.conclude(summary, found.primary, memory)
+    if found.primary and found.levels.get(found.primary[0].label) == "probable":
+        head = found.primary[0]
+        text = (f"Probable cause: {head.label} (claim {found.claims[head.label]:.2f}) — a state the hosts are in "
+                f"that fits the incident; nothing ties it to the incident's own lines, devices or time: "
+                f"{found.links[head.label]}. " + text)
+    if found.follows:
+        text += " What followed from it: " + "; ".join(
+            f"{j.label} ({found.links[j.label]})" for j in found.follows) + "."
+    return text
+
+
+def suspected(taxonomy: Taxonomy, judgements: list[LeafJudgement], results: list[CheckResult],
+              reading: dict[str, int]) -> list[Suspected]:
+    """The incident's likeliest causes whose checks could not decide (UNKNOWN: a tool missing or refused in this
+    view), each with the commands its checks tried. Only when nothing was claimed: a suspicion is not an answer."""
+    inconclusive = {j.label: j for j in judgements if j.status == "inconclusive" and j.evidence.unknown}
+    out = []
+    for label in sorted(reading, key=reading.__getitem__)[:SUSPECTED_TOP]:
+        judgement = inconclusive.get(label)
+        if judgement is None:
+            continue
+        checks = set(taxonomy.node(label).checks)
+        blind = [r for r in results if r.check in checks and r.verdict == Verdict.UNKNOWN]
+        commands = list(dict.fromkeys(cmd for r in blind for cmd in r.cmds))
+        commands += [f"aidai checks run {check} --host <the host>" for check in sorted({r.check for r in blind})]
+        out.append(Suspected(label=label, rank=reading[label], why="; ".join(judgement.evidence.unknown[:3]),
+                             commands=commands))
+    return out
+
+
+def suspected_sentence(found: list[Suspected]) -> str:
+    if not found:
+        return ""
+    return " Suspected (not checked: this view cannot see it): " + "; ".join(
+        f"{s.label} (likely cause no. {s.rank} of the incident's text; {s.why})" for s in found) + \
+        ". Whoever can see the hosts (the provider) should run: " + "; ".join(
+        dict.fromkeys(c for s in found for c in s.commands[:4])) + "."

@@ -12,6 +12,9 @@ from agent.taxonomy import Taxonomy
 HISTORY_K = 8
 HYPOTHESES = 2  # AidAI takes the root causes of the two most similar incidents
 MIN_SIMILARITY = 0.35  # below this a past incident is not similar enough to test its root cause
+# how many of the incident's likeliest causes (its reading) are tested when what the walk confirmed explains
+# nothing: a search breadth, not a claim (agents/attribution.py decides claims)
+FOLLOWED = 5
 
 Retrieve = Callable[[str, int], list[PastIncident]]
 

@@ -102,7 +102,9 @@ def who_acts(console: Console, report: Report) -> bool:
             console.print(f" • [bold]{escape(cause.label)}[/]: {escape(todo)}", highlight=False)
         return False
     if report.resolved:
-        console.print("[yellow]The provider should act[/]: the cause is in the machine, its drivers or its fabric. "
+        probable = "probable " if report.root_causes and report.root_causes[0].level == "probable" else ""
+        console.print(f"[yellow]The provider should act[/]: the {probable}cause is in the machine, its drivers or its "
+                      "fabric. "
                       "Send them the ticket below; it lists everything that was checked (hostnames and secrets "
                       "redacted).", highlight=False)
     else:

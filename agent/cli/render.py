@@ -352,9 +352,10 @@ def ask_approval(console: Console, payload: dict[str, Any]) -> dict[str, bool]:
     if not ids:
         return {}
     total = sum(float(c.get("expected_cost_s", 0)) for c in checks)
-    console.print(f"[yellow]{escape(node or 'this step')}[/]: the read-only checks did not decide it. "
+    purpose = str(payload.get("purpose") or f"the read-only checks did not decide {node or 'this step'}")
+    console.print(f"[yellow]{escape(node or 'this step')}[/]: {escape(purpose)}. "
                   f"{'A test that loads' if len(ids) == 1 else f'{len(ids)} tests that load'} the GPUs or the "
-                  f"network would (about {total:.0f} s in all):", highlight=False)
+                  f"network (about {total:.0f} s in all):", highlight=False)
     for i, check in enumerate(checks, 1):
         console.print(f"  {i}. [bold]{escape(check['id'])}[/] about {float(check.get('expected_cost_s', 0)):.0f} s, "
                       f"{escape(check_purpose(node, check['id']))}: {escape(_clip(check.get('description', ''), 160))}",
@@ -466,7 +467,10 @@ def report_panel(report: Report, *, resume_hint: str = "", approve_hint: str = C
     """`approve_hint`: how the reader of this face allows the active checks left waiting for approval."""
     parts: list[RenderableType] = []
     if report.resolved:
-        head = f"[bold green]RESOLVED[/] by {PIPELINES.get(report.pipeline, f'pipeline {report.pipeline}')}"
+        level = report.root_causes[0].level if report.root_causes else ""
+        head = (f"[bold green]RESOLVED[/] by {PIPELINES.get(report.pipeline, f'pipeline {report.pipeline}')}"
+                + (" — [bold]probable[/] cause: present on the hosts and fits the incident; nothing ties it to "
+                   "the incident's own lines, devices or time" if level == "probable" else ""))
     else:
         head = "[bold yellow]UNRESOLVED[/]: no root cause confirmed; escalate to the provider"
     parts.append(Text.from_markup(head, emoji=False))
@@ -474,9 +478,11 @@ def report_panel(report: Report, *, resume_hint: str = "", approve_hint: str = C
         parts.append(_grid([("incident", escape(_clip(report.title, 200)))]))
     for i, cause in enumerate(report.root_causes, 1):
         severity = f", {escape(cause.severity)}" if cause.severity else ""
-        parts.append(Text.from_markup(f"\n[bold]{i}. {escape(cause.label)}[/]  confidence {cause.confidence:.2f}"
-                                      f"{severity}", emoji=False))
-        rows = [("where", escape("; ".join(cause.where)))] if cause.where else []
+        level = f"{cause.level} " if cause.level else ""
+        parts.append(Text.from_markup(f"\n[bold]{i}. {escape(cause.label)}[/]  {level}(confidence "
+                                      f"{cause.confidence:.2f}){severity}", emoji=False))
+        rows = [("reasons", escape(_clip(cause.link, 400)))] if cause.link else []
+        rows += [("where", escape("; ".join(cause.where)))] if cause.where else []
         rows += [("evidence", escape(line)) for line in cause.evidence] or [("why", escape(cause.why))]
         rows += [("line", escape(_clip(line, 300))) for line in cause.lines[:3]]
         rows += [("action", escape(action)) for action in cause.actions]
@@ -484,6 +490,15 @@ def report_panel(report: Report, *, resume_hint: str = "", approve_hint: str = C
         if cause.runbook:
             rows.append(("fix", escape(_clip(cause.runbook, 400))))
         parts.append(_grid(rows, indent=3))
+    if report.follows:
+        parts.append(Text.from_markup("\n[bold]what followed from it[/]", emoji=False))
+        for cause in report.follows:
+            parts.append(Text(f" • {cause.label}: {_clip(cause.link, 200)}"))
+    if report.suspected:
+        parts.append(Text.from_markup("\n[bold]suspected (not checked: this view cannot see it)[/]", emoji=False))
+        for s in report.suspected:
+            parts.append(Text(f" • {s.label} (likely cause no. {s.rank} of the incident's text): {_clip(s.why, 200)}"))
+            parts.append(_grid([("run", escape(_clip(c, 200))) for c in s.commands[:5]], indent=3))
     if report.also_found:
         parts.append(Text.from_markup("\n[bold]also found on the hosts, not the cause of this incident[/]",
                                       emoji=False))

@@ -31,7 +31,7 @@ from typing import Any, Literal
 from agent import inventory as inv
 from agent import limits as L
 from agent.agents import conclusion, execution, planning, reflection, summarization
-from agent.agents.attribution import READING_TOP, Attribution, attribute
+from agent.agents.attribution import Attribution, attribute
 from agent.audit import check_event
 from agent.checks.runner import CheckRunner
 from agent.evidence import unexplained
@@ -54,7 +54,7 @@ from agent.taxonomy import Taxonomy
 Emit = Callable[[dict[str, Any]], None]
 Approval = Literal["all", "none", "ask"]
 PreTriage = Callable[[Incident], ToolResult | None]  # None: nothing for this tool in the incident
-# keeps the evidence of the confirmed causes ((role, judgement): root_cause | also_found) before the conclusion is
+# keeps the evidence of the confirmed causes ((role, judgement): root_cause | follows | also_found) before the conclusion is
 # told to anyone; returns what the report and ticket say about it (agent/bundle.py's BundleInfo), or None
 Preserve = Callable[[DiagnosisState, list[tuple[str, LeafJudgement]]], dict[str, Any] | None]
 
@@ -147,10 +147,11 @@ class DiagnosisGraph:
     def _summary(self, state: DiagnosisState) -> IncidentSummary:
         return IncidentSummary.model_validate(state["summary"])
 
-    def _execute(self, state: DiagnosisState, label: str, costly_too: bool = False,
+    def _execute(self, state: DiagnosisState, label: str, costly_too: bool = False, purpose: str = "",
                  ) -> tuple[list[CheckResult], dict[str, Any]]:
         """Run the node's passive checks, then its active ones if they are still needed or `costly_too` (asking
-        for approval first: an interrupt when the policy is ask)."""
+        for approval first: an interrupt when the policy is ask, saying what the answer would change: `purpose`,
+        by default that the read-only checks did not decide the node)."""
         runner = self.t.runner
         for result in load_results(state):  # a resumed run reuses what the checkpoint already holds
             runner.cache.setdefault((result.host, result.check), result)
@@ -164,7 +165,9 @@ class DiagnosisGraph:
                 from langgraph.types import interrupt
 
                 specs = [runner.manifest.get(c) for c in undecided]
-                answer = interrupt({"kind": "approval", "node": label, "checks": [
+                purpose = purpose or (f"the read-only checks did not decide {label}: the test confirms or rejects "
+                                      f"it")
+                answer = interrupt({"kind": "approval", "node": label, "purpose": purpose, "checks": [
                     {"id": s.id, "tier": s.tier, "description": s.description, "expected_cost_s": s.expected_cost_s}
                     for s in specs]})
                 answer = answer if isinstance(answer, dict) else {}
@@ -457,7 +460,11 @@ class DiagnosisGraph:
             _, costly = execution.by_tier(self.t.runner, execution.checks_for(self.t.taxonomy, self.t.runner,
                                                                               judgement.label))
             if missing := [c for c in costly if c not in ran]:
-                _, changes = self._execute({**state, **update}, judgement.label, costly_too=True)  # type: ignore[misc]
+                others = ", ".join(j.label for j in confirmed if j is not judgement)
+                purpose = (f"{judgement.label} and {others} are each confirmed and tied to the incident: the test "
+                           f"decides which of them comes first in the answer")
+                _, changes = self._execute({**state, **update}, judgement.label, costly_too=True,  # type: ignore[misc]
+                                           purpose=purpose)
                 update.update(changes)
                 path.append({"pipeline": pipeline, "node": judgement.label, "action": "corroborate",
                              "detail": ", ".join(missing)})
@@ -485,21 +492,26 @@ class DiagnosisGraph:
         return attribute(self.t.taxonomy, self._summary(state), confirmed, judgements, self._reading(state), hosts)
 
     def _unread(self, state: DiagnosisState) -> list[str]:
-        """The incident's likeliest causes (its reading's first READING_TOP leaves) that nothing judged yet."""
+        """The incident's likeliest causes (its reading's first planning.FOLLOWED leaves) that nothing judged yet."""
         judged = {j["label"] for j in state.get("judgements", [])}
         reading = self._reading(state)
-        return [label for label in sorted(reading, key=reading.__getitem__)[:READING_TOP] if label not in judged]
+        return [label for label in sorted(reading, key=reading.__getitem__)[:planning.FOLLOWED] if label not in judged]
 
     def conclude(self, state: DiagnosisState) -> dict[str, Any]:
         found = self._attribute(state)
         ordered = found.primary
         stopped = state.get("stopped")
+        suspected: list[conclusion.Suspected] = []
         if nothing_checkable(state):  # nothing was looked at: say so plainly, no reasoner needed
             text = cannot_check_explanation(state)
         elif stopped:  # no LLM call: the budget may be what ran out, and the stop must be said plainly
             text = stopped_explanation(stopped, state, ordered)
         else:
-            text = conclusion.explain(self.t.reasoner, self._summary(state), ordered, load_memory(state))
+            text = conclusion.explain(self.t.reasoner, self._summary(state), found, load_memory(state))
+            if not ordered:
+                suspected = conclusion.suspected(self.t.taxonomy, load_judgements(state), load_results(state),
+                                                 self._reading(state))
+                text += conclusion.suspected_sentence(suspected)
         if found.also_found:
             text += " Also found on the hosts, not the cause of this incident: " + "; ".join(
                 f"{j.label} ({found.links[j.label]})" for j in found.also_found) + "."
@@ -510,19 +522,24 @@ class DiagnosisGraph:
             pipeline = 3
         result = {"resolved": bool(ordered), "pipeline": pipeline,
                   "root_causes": [j.model_dump(mode="json") for j in ordered],
+                  "follows": [j.model_dump(mode="json") for j in found.follows],
                   "also_found": [j.model_dump(mode="json") for j in found.also_found], "links": found.links,
-                  "explanation": text}
+                  "levels": found.levels, "claims": found.claims,
+                  "suspected": [s.model_dump(mode="json") for s in suspected], "explanation": text}
         if stopped:
             result["stopped"] = dict(stopped)
-        causes = [("root_cause", j) for j in ordered] + [("also_found", j) for j in found.also_found]
+        causes = ([("root_cause", j) for j in ordered] + [("follows", j) for j in found.follows]
+                  + [("also_found", j) for j in found.also_found])
         if causes and self.t.preserve is not None:  # before anyone reads the conclusion and acts on it
             bundle = self.t.preserve(state, causes)
             if bundle is not None:
                 result["evidence_bundle"] = bundle
         self.t.emit({"type": "conclusion", **result})
         self.t.audit({"event": "conclusion", "resolved": result["resolved"], "pipeline": pipeline,
-                      "root_causes": [j.label for j in ordered],
-                      "also_found": [j.label for j in found.also_found], "stopped": stopped or None,
+                      "root_causes": [j.label for j in ordered], "levels": found.levels,
+                      "follows": [j.label for j in found.follows],
+                      "also_found": [j.label for j in found.also_found],
+                      "suspected": [s.label for s in suspected], "stopped": stopped or None,
                       "spent": dict(state.get("spent", {}))})
         return {"conclusion": result, "pipeline": pipeline}
 

@@ -89,6 +89,11 @@ class Outcome:
     # check evidence behind `predicted` by the leaf's evidence rules: strong | weak | none; None = no prediction,
     # or a method that runs no checks (rcacopilot, did)
     evidence: str | None = None
+    # the level of `predicted` (confirmed | probable; aidai and tgd) and the claim's confidence; the causes it
+    # suspected when it could claim none (the view hid their tools)
+    level: str | None = None
+    confidence: float | None = None
+    suspected: list[str] = field(default_factory=list)
     # what the conclusion was drawn from (aidai, tgd; rows carry it with --trace): every judged leaf with its
     # evidence, the diagnosis path, the similar past incidents, and how each confirmed leaf is tied to the incident
     trace: dict[str, Any] | None = None
@@ -156,8 +161,10 @@ class AidAI:
         finally:
             diagnoser.close()
         confirmed = [c.label for c in report.root_causes]
+        first = report.root_causes[0] if report.root_causes else None
         return Outcome(predicted=confirmed[0] if confirmed else None, confirmed=confirmed, pipeline=report.pipeline,
-                       evidence=primary_evidence(report),
+                       evidence=primary_evidence(report), level=first.level if first else None,
+                       confidence=first.confidence if first else None, suspected=[s.label for s in report.suspected],
                        path=[f"p{s.pipeline} {s.node}:{s.action}" for s in report.path
                              if s.action not in ("rank", "start", "enter")],
                        explored=list(dict.fromkeys(lb for h in report.exploration for lb in h.related_labels)),
@@ -171,7 +178,7 @@ def trace_of(report: Report) -> dict[str, Any]:
             "path": [s.model_dump(mode="json") for s in report.path if s.action != "rank"],
             "similar": [[p.label, p.score] for p in report.similar],
             "pretriage_priors": [t.priors for t in report.pretriage if t.priors],
-            "links": {c.label: c.link for c in [*report.root_causes, *report.also_found]}}
+            "links": {c.label: c.link for c in [*report.root_causes, *report.follows, *report.also_found]}}
 
 
 def primary_evidence(report: Report) -> str | None:

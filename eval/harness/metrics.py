@@ -143,6 +143,35 @@ def control_scores(rows: list[Row]) -> dict[str, Any]:
             "controls_confirmed_strong": _ratio(sum(r.get("evidence") == "strong" for r in predicted), len(controls))}
 
 
+def claim_levels(rows: list[Row]) -> dict[str, Any]:
+    """Per level of the first claimed cause (confirmed, probable): how many claims, how many right (controls: a
+    claim is never right), and the suspected-only escalations (a suspicion is not a claim)."""
+    out: dict[str, Any] = {}
+    for level in ("confirmed", "probable"):
+        claimed = [r for r in rows if r.get("predicted") and (r.get("level") or "confirmed") == level]
+        right = sum(r["predicted"] == r["label"] for r in claimed if not is_control(r))
+        out[level] = {"claims": len(claimed), "right": right, "precision": _ratio(right, len(claimed)),
+                      "controls": sum(is_control(r) for r in claimed)}
+    suspected = [r for r in rows if not r.get("predicted") and r.get("suspected") and not is_control(r)]
+    out["suspected"] = {"escalations": len(suspected),
+                        "right_first": sum(r["suspected"][0] == r["label"] for r in suspected),
+                        "right_any": sum(r["label"] in r["suspected"] for r in suspected)}
+    return out
+
+
+def reliability(rows: list[Row]) -> list[dict[str, Any]]:
+    """For each level and confidence decile of the first claimed cause: claims, their mean confidence, and how many
+    were the labelled cause (controls included: every claim there is wrong)."""
+    cells: dict[tuple[str, int], list[tuple[float, bool]]] = {}
+    for r in rows:
+        if r.get("predicted") and r.get("confidence") is not None:
+            confidence = float(r["confidence"])
+            key = (r.get("level") or "confirmed", min(int(confidence * 10), 9))
+            cells.setdefault(key, []).append((confidence, not is_control(r) and r["predicted"] == r["label"]))
+    return [{"level": level, "decile": decile, "claims": len(v), "right": sum(ok for _, ok in v),
+             "mean_confidence": _mean(c for c, _ in v)} for (level, decile), v in sorted(cells.items())]
+
+
 def slice_metrics(rows: list[Row]) -> dict[str, Any]:
     """The few numbers a breakdown (per view, per node count) shows for its rows."""
     scored = [r for r in rows if not is_control(r)]
@@ -206,6 +235,8 @@ def compute_metrics(rows: list[Row]) -> dict[str, Any]:
     out["escalated"] = len(unresolved)
     out["escalated_explored_right_sub"] = sum(
         any(at_level(lb, "sub") == at_level(r["label"], "sub") for lb in r.get("explored", [])) for r in unresolved)
+    out["levels"] = claim_levels(rows)
+    out["reliability"] = reliability(rows)
     out["misses"] = misses(scored) + control_misses(rows)
     return out
 

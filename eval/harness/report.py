@@ -67,6 +67,35 @@ def breakdown_tables(metrics: dict[str, dict[str, Any]]) -> list[str]:
     return out
 
 
+def level_tables(metrics: dict[str, dict[str, Any]]) -> list[str]:
+    """Precision per level of the first claimed cause, and the reliability of its confidence per decile."""
+    leveled = {name: m for name, m in metrics.items() if m.get("levels")
+               and (m["levels"]["probable"]["claims"] or m["reliability"])}
+    if not leveled:
+        return []
+    out = ["", "## Claims by level", "",
+           "confirmed: the incident's lines, devices or time tie the cause; probable: a state the hosts are in that "
+           "fits the incident, nothing better found; suspected: nothing claimed, the likeliest cause could not be "
+           "checked from this view (not a prediction).", ""]
+    rows = []
+    for name, m in leveled.items():
+        lv = m["levels"]
+        rows.append([name, *(f"{lv[k]['claims']} ({lv[k]['right']} right, {lv[k]['controls']} on controls)"
+                             for k in ("confirmed", "probable")),
+                     _f(lv["confirmed"]["precision"]), _f(lv["probable"]["precision"]),
+                     f"{lv['suspected']['escalations']} ({lv['suspected']['right_first']} right first, "
+                     f"{lv['suspected']['right_any']} among them)"])
+    out += _table(["method", "confirmed claims", "probable claims", "confirmed precision", "probable precision",
+                   "escalations with a suspected cause"], rows)
+    out += ["", "## Reliability of the claims' confidence", "",
+            "First claimed cause per incident, by level and confidence decile; a claim on a control is wrong.", ""]
+    rows = [[name, c["level"], f"{c['decile'] / 10:.1f}-{(c['decile'] + 1) / 10:.1f}", _f(c["mean_confidence"], 2),
+             c["claims"], c["right"], _f(c["right"] / c["claims"], 2)]
+            for name, m in leveled.items() for c in m["reliability"]]
+    out += _table(["method", "level", "confidence", "mean confidence", "claims", "right", "share right"], rows)
+    return out
+
+
 def _natural(value: str) -> tuple[int, float, str]:
     """Node counts by size (2 before 16), views by name."""
     try:
@@ -110,6 +139,7 @@ def markdown(tag: str, metrics: dict[str, dict[str, Any]], meta: dict[str, Any])
                    "sub micro-F1", "sub macro-F1", "main micro-F1", "main macro-F1", "false confirmations",
                    "controls confirmed"], rows)
     out += breakdown_tables(metrics)
+    out += level_tables(metrics)
     out += ["", "## Efficiency per incident", ""]
     rows = [[name, _f(m["checks_per_incident"], 1), _f(m["active_checks_per_incident"], 1),
              _f(m["check_seconds_per_incident"], 1), _f(m["active_check_seconds_per_incident"], 1),

@@ -132,7 +132,8 @@ def run_task(method_spec: str, record: dict[str, Any]) -> Row:
             outcome = method.diagnose(problem, env)
         row.update(predicted=outcome.predicted, confirmed=list(outcome.confirmed), pipeline=outcome.pipeline,
                    path=list(outcome.path), explored=list(outcome.explored), nearest_history=outcome.nearest_history,
-                   evidence=outcome.evidence, **outcome.checks, **outcome.usage)
+                   evidence=outcome.evidence, level=outcome.level, confidence=outcome.confidence,
+                   suspected=list(outcome.suspected), **outcome.checks, **outcome.usage)
         if config.trace and outcome.trace:
             row["trace"] = outcome.trace
     except Exception as exc:  # a method's bug or a timeout: the run goes on

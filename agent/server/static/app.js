@@ -214,7 +214,7 @@ function handle(e) {
       break;
     case "widen": log("nothing confirmed yet: searching every branch with an untested leaf"); break;
     case "exploration": log(`pipeline 3: ${e.hypotheses.length} suggestion(s) from the knowledge base`); break;
-    case "conclusion": settleRunning(null); log(e.resolved ? `resolved: ${e.root_causes.map((c) => c.label).join(", ")}` : "unresolved: escalate"); break;
+    case "conclusion": settleRunning(null); log(e.resolved ? `resolved: ${e.root_causes.map((c) => `${c.label} (${(e.levels || {})[c.label] || "confirmed"})`).join(", ")}` : `unresolved: escalate${(e.suspected || []).length ? `; suspected (not checked): ${e.suspected.map((s) => s.label).join(", ")}` : ""}`); break;
     case "approval": showApproval(e); break;
     case "question": showQuestion(e); break;
     case "answered": log(answeredText(e)); hideAsks(); break;
@@ -283,7 +283,8 @@ function select(label, redraw = true) {
 function hideAsks() { $("approval-box").hidden = $("question-box").hidden = true; }
 function showApproval(e) {
   state.pending = e;
-  $("approval-node").textContent = e.node;
+  // what the answer would change (the graph says it: decide an undecided cause, or which of two comes first)
+  $("approval-node").textContent = e.purpose ? `${e.node}: ${e.purpose}` : e.node;
   // the server says which checks to pre-tick (suggested) and why; an unticked one can still be ticked
   $("approval-checks").replaceChildren(...e.checks.map((c) => {
     const suggested = c.suggested !== false;
