@@ -1,15 +1,18 @@
 """The attribution's claim model, fitted and judged on traced benchmark runs (`aidai eval --trace`): every run is
 one choice among its confirmed leaves (their features, agents/attribution.py) and "none of them" (the right one is
-the record's label when it was confirmed), a conditional logit over them gives the weights, and every run's conclusion is drawn again with them (no host is
-checked again: the checks do not depend on the weights, only the claim does).
+the record's label when it was confirmed), a conditional logit over them gives the weights, and every run's
+conclusion is drawn again with them (no host is checked again: the checks do not depend on the weights, only the
+claim does).
 
     python -m eval.attribution_fit --incidents ../shared/eval/dev_incidents.jsonl \\
         --rows eval/results/diagnosis/confound-{1,2,3}.rows.jsonl --controls controls-1.rows.jsonl \\
-        [--judge OTHER.rows.jsonl --judge-incidents OTHER.jsonl] [--out F.md]
+        [--judge public-confound-1.rows.jsonl --judge-controls public-controls-1.rows.jsonl \\
+         --judge-incidents eval/incidents/public.jsonl] [--out F.md]
 
-Prints the fitted weights next to the shipped ones, and for both: leaf micro-F1 of the first claimed cause,
-precision of confirmed and of probable claims, controls with a claim, and a reliability table (claims per
-confidence decile and how often each was the labelled cause). `--judge` scores runs the weights were not fitted on.
+Prints the shipped weights and those fitted on each set and on both, and for every (weights, set): leaf micro-F1
+of the first claimed cause, precision of confirmed and of probable claims, controls with a claim; then the
+shipped weights' reliability table per set (claims per confidence decile and how often each was the labelled
+cause). Weights fitted on one set and judged on the other are the out-of-sample numbers.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from agent.reasoning.base import LeafJudgement, PastIncident
 from agent.reasoning.offline import OfflineReasoner
 from agent.taxonomy import Taxonomy, load_taxonomy
 
-Example = tuple[dict[str, float], bool]
+Example = tuple[dict[str, float], bool]  # one confirmed leaf's features, and whether it is the record's label
 
 
 class Replay:
@@ -141,40 +144,46 @@ def summary_line(name: str, result: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--incidents", type=Path, required=True)
-    parser.add_argument("--rows", type=Path, nargs="+", required=True, help="traced rows the model is fitted on")
-    parser.add_argument("--controls", type=Path, nargs="*", default=[], help="traced rows of the controls")
-    parser.add_argument("--judge", type=Path, nargs="*", default=[], help="traced rows it is not fitted on")
-    parser.add_argument("--judge-incidents", type=Path, help="the records of --judge (default --incidents)")
+    parser.add_argument("--rows", type=Path, nargs="+", required=True, help="traced rows of the dev fleet")
+    parser.add_argument("--controls", type=Path, nargs="*", default=[], help="traced rows of its controls")
+    parser.add_argument("--judge", type=Path, nargs="*", default=[], help="traced rows of a second set")
+    parser.add_argument("--judge-controls", type=Path, nargs="*", default=[], help="traced rows of its controls")
+    parser.add_argument("--judge-incidents", type=Path, help="the records of the second set (default --incidents)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     taxonomy = load_taxonomy()
-    seen = load([*args.rows, *args.controls], args.incidents, taxonomy)
-    if not seen:
+    sets = {"dev": load([*args.rows, *args.controls], args.incidents, taxonomy)}
+    if args.judge:
+        sets["public"] = load([*args.judge, *args.judge_controls], args.judge_incidents or args.incidents, taxonomy)
+    if not all(sets.values()):
         raise SystemExit("no traced aidai rows: run `aidai eval ... --trace`")
-    unseen = load(args.judge, args.judge_incidents or args.incidents, taxonomy) if args.judge else []
-    fitted = fit(seen, taxonomy)
-    names = list(fitted)
-    lines = ["## Weights", "", "| weights | " + " | ".join(names) + " |", "|---|" + "---|" * len(names),
-             "| shipped | " + " | ".join(f"{attribution.CLAIM_WEIGHTS.get(n, 0.0):g}" for n in names) + " |",
-             "| fitted now | " + " | ".join(f"{fitted[n]:g}" for n in names) + " |", "",
-             "## Replayed conclusions", "",
-             "| weights, runs | n | leaf micro-F1 (first claim) | precision by level (claims) | controls with a claim |",
-             "|---|---|---|---|---|"]
-    shipped_seen = judge(seen, taxonomy, attribution.CLAIM_WEIGHTS)
-    lines.append(summary_line("shipped, fitted on", shipped_seen))
-    lines.append(summary_line("fitted now, fitted on", judge(seen, taxonomy, fitted)))
-    if unseen:
-        shipped_unseen = judge(unseen, taxonomy, attribution.CLAIM_WEIGHTS)
-        lines.append(summary_line("shipped, not fitted on", shipped_unseen))
-        lines.append(summary_line("fitted now, not fitted on", judge(unseen, taxonomy, fitted)))
-    lines += ["", "## Reliability of the shipped weights (runs fitted on)", "", *reliability(shipped_seen["claims"])]
-    if unseen:
-        lines += ["", "## Reliability of the shipped weights (runs not fitted on)", "",
-                  *reliability(shipped_unseen["claims"])]
+    weights = {"shipped": attribution.CLAIM_WEIGHTS}
+    for name, replays in sets.items():
+        weights[f"fitted on {name}"] = fit(replays, taxonomy)
+    if len(sets) > 1:
+        weights["fitted on both"] = fit([r for replays in sets.values() for r in replays], taxonomy)
+    names = list(weights["fitted on dev"])
+    lines = ["## Weights", "", "| weights | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    lines += [f"| {w} | " + " | ".join(f"{values.get(n, 0.0):g}" for n in names) + " |"
+              for w, values in weights.items()]
+    lines += ["", "## Conclusions drawn again with each set of weights", "",
+              "A run's checks do not depend on the weights (the walk follows only causes tied to the incident), so "
+              "these are the runs' own conclusions under each model. Weights fitted on one set and judged on the "
+              "other are the out-of-sample numbers.", "",
+              "| weights, judged on | incidents | leaf micro-F1 (first claim) | precision by level (claims) | "
+              "controls with a claim |", "|---|---|---|---|---|"]
+    shipped = {}
+    for w, values in weights.items():
+        for name, replays in sets.items():
+            result = judge(replays, taxonomy, values)
+            shipped[name] = result if w == "shipped" else shipped.get(name)
+            lines.append(summary_line(f"{w}, judged on {name}", result))
+    for name, result in shipped.items():
+        lines += ["", f"## Reliability of the shipped weights on {name}", "", *reliability(result["claims"])]
     text = "\n".join(lines)
     print(text)
     if args.out:
-        sources = ", ".join(p.name for p in [*args.rows, *args.controls, *args.judge])
+        sources = ", ".join(p.name for p in [*args.rows, *args.controls, *args.judge, *args.judge_controls])
         args.out.write_text(f"# Attribution: the claim model\n\n`python -m eval.attribution_fit` on {sources}\n\n"
                             f"{text}\n")
 

@@ -26,8 +26,14 @@ ECC_TEXT = "RuntimeError: CUDA error: uncorrectable ECC error encountered on loc
 TAXONOMY = load_taxonomy()
 
 
+# two independent causes the incident's lines name: which comes first is what the active checks decide, so the run
+# asks for them (one ECC event and what followed from it on its GPU is one cause: nothing to ask)
+TWO_CAUSES = ECC_TEXT + " NCCL also logged NVLink errors, Xid 74 on GPU 5."
+
+
 def test_a_run_logs_who_approved_what_and_every_check_it_executed(tmp_path: Path) -> None:
-    host = f"sim:{create_scenario(tmp_path / 'host', [{'fault': 'gpu.ecc_uncorrectable', 'gpu': 1}], []).root}"
+    faults = [{"fault": "gpu.ecc_uncorrectable", "gpu": 1}, {"fault": "nvlink.link_down", "gpu": 5}]
+    host = f"sim:{create_scenario(tmp_path / 'host', faults, []).root}"
     options = DiagnoseOptions(hosts=[host], data_dir=str(tmp_path / "data"), history=False, knowledge=False,
                               approval="ask", operator="ops-bot")
     asked: list[dict[str, Any]] = []
@@ -38,7 +44,7 @@ def test_a_run_logs_who_approved_what_and_every_check_it_executed(tmp_path: Path
         return {first: True, **{c: False for c in rest}, "approved_by": "alice"}
 
     reasoner = OfflineReasoner(TAXONOMY, embed=word_embed)
-    report = Diagnoser(options, taxonomy=TAXONOMY, reasoner=reasoner).run(Incident(text=ECC_TEXT), answer,
+    report = Diagnoser(options, taxonomy=TAXONOMY, reasoner=reasoner).run(Incident(text=TWO_CAUSES), answer,
                                                                            run_id="audited")
     path = tmp_path / "data" / "runs" / "audited.audit.jsonl"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -69,7 +75,8 @@ def test_a_run_logs_who_approved_what_and_every_check_it_executed(tmp_path: Path
     assert not refused & {c for _, c in checks}  # a refused check never ran
 
     end = events[-1]
-    assert report.resolved and report.root_causes[0].label == "GPU.MEMORY.UNCORRECTABLE_ECC"
+    assert report.resolved and {c.label for c in report.root_causes} == {
+        "GPU.MEMORY.UNCORRECTABLE_ECC", "INTERCONNECT_NETWORKING.NVLINK.LINK_HARDWARE_FAULT"}
     assert end["event"] == "conclusion" and end["resolved"] is True
     assert end["root_causes"] == [c.label for c in report.root_causes]
 

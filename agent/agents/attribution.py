@@ -13,8 +13,9 @@ What is weighed for each confirmed leaf (`Features`):
     (its symptom classes, weighted by how few leaves show the same class: "hang" is shown by a third of them,
     "reboot" by a tenth);
   - competition: the leaves the incident's lines point to whose checks found nothing (they lower the claim of a
-    leaf elsewhere, and raise one in their own sub-category: an NCCL error line fits several NCCL leaves), and the
-    other confirmed leaves nothing ties either (a host that carries several old problems makes each less likely).
+    leaf elsewhere, and raise one in their own sub-category: an NCCL error line fits several NCCL leaves), the
+    other confirmed leaves nothing ties either (a host that carries several old problems makes each less likely),
+    and the likelier causes that could not be checked from this view (a container sees no kernel log).
 `CLAIM_WEIGHTS` turn them into one probability that the leaf is the incident's cause, against the other confirmed
 leaves and against none of them (a conditional logit; `python -m eval.attribution_fit` fits it on traced benchmark
 runs and prints its reliability).
@@ -47,14 +48,18 @@ Level = Literal["confirmed", "probable"]
 LEVELS: tuple[Level, ...] = ("confirmed", "probable")
 # a cause nothing ties is claimed when it is more likely than not (eval/results/diagnosis/attribution.md)
 PROBABLE = 0.5
-# the conditional logit's weights over `Features` (eval/attribution_fit.py fits them on the dev fleet's traced runs)
+# the conditional logit's weights over `Features`, fitted by eval/attribution_fit.py (L2 1.0) on the traced runs of
+# the dev fleet (confound seeds 1-3, controls) and of the public incidents (eval/incidents/, confound seed 1)
 CLAIM_WEIGHTS: dict[str, float] = {
-    "bias": -0.66, "strong": 0.0, "text": 1.96, "dated": 1.47, "entity": 0.0, "held": 0.21, "reading": 3.33,
-    "symptom": 1.76, "named_sub": 1.34, "named_elsewhere": -1.46, "rivals": -0.48,
+    "bias": -0.1, "strong": 0.0, "text": 2.53, "dated": 2.09, "entity": 0.0, "held": 0.22, "reading": 2.23,
+    "symptom": 1.56, "named_sub": 0.93, "named_elsewhere": -0.81, "rivals": -0.36, "blind": -0.74,
 }
 GPU_ENTITY = re.compile(r"^GPU\s?(\d{1,2})$", re.IGNORECASE)
 BUS = re.compile(r"(?:[0-9a-f]{4,8}:)?([0-9a-f]{2}):([0-9a-f]{2})\.?([0-7])?", re.IGNORECASE)
 NIC_PREFIXES = ("mlx5_", "ib", "eth", "en", "bond", "hsn")
+# RDMA devices (ibv_devinfo's names); every other NIC name is a network interface: an incident that names eth0 says
+# nothing about which HCA a finding is on
+RDMA_PREFIXES = ("mlx", "bnxt_re", "irdma", "efa", "hfi1", "qedr", "erdma")
 
 
 class Features(BaseModel):
@@ -65,11 +70,15 @@ class Features(BaseModel):
     dated: bool = False  # an event behind it is dated inside the incident's window
     entity: bool = False  # a finding behind it is on a device (or host) the incident names
     held: bool = False  # the incident names devices of its kind, and every finding of that kind is on others
+    # (it blocks the device tie, and counts against the claim as the model weighs it)
     reading: float = 0.0  # 1 / its rank in the incident's reading before any check (1 = likeliest)
     symptom: float = 0.0  # how specifically its symptom classes fit the incident's words (0: not at all)
     named_sub: bool = False  # it is in the sub-category of a leaf the lines point to whose checks found nothing
     named_elsewhere: bool = False  # the lines point to leaves elsewhere whose checks found nothing
     rivals: int = 0  # other confirmed leaves nothing ties either
+    # the incident's likelier causes (by its reading) whose checks could not see (UNKNOWN: a tool missing or
+    # refused in this view): sum of 1/rank over them; a state found here competes with what could not be looked at
+    blind: float = 0.0
 
     @property
     def tied(self) -> bool:
@@ -77,10 +86,11 @@ class Features(BaseModel):
         return self.text or ((self.dated or self.entity) and not self.held)
 
     def vector(self) -> dict[str, float]:
-        return {"strong": float(self.strong), "text": float(self.text), "dated": float(self.dated), "entity": float(self.entity),
+        return {"strong": float(self.strong), "text": float(self.text), "dated": float(self.dated),
+                "entity": float(self.entity),
                 "held": float(self.held), "reading": self.reading, "symptom": self.symptom,
                 "named_sub": float(self.named_sub), "named_elsewhere": float(self.named_elsewhere),
-                "rivals": float(min(self.rivals, 3))}
+                "rivals": float(min(self.rivals, 3)), "blind": self.blind}
 
 
 class Attribution(BaseModel):
@@ -120,10 +130,13 @@ def attribute(taxonomy: Taxonomy, summary: IncidentSummary, confirmed: list[Leaf
     if tied:
         primary, level = tied, "confirmed"
     else:
-        primary = [j for j in ordered if scores[j.label] >= PROBABLE and not found[j.label][0].held]
+        primary = [j for j in ordered if scores[j.label] >= PROBABLE]
         level = "probable"
-    follows = _follows(primary, ordered, links)
+    followed = _follows(primary, ordered, links)
+    follows = [j for j in ordered if j.label in followed]
     primary = [j for j in primary if j not in follows]
+    for label, cause in followed.items():  # one failure: what followed from the cause is its claim too
+        scores[cause] += scores[label]
     rest = [j for j in ordered if j not in primary and j not in follows]
     for j in rest:
         links[j.label] += "; " + (f"{primary[0].label} explains the incident better" if primary else
@@ -156,7 +169,7 @@ def features(taxonomy: Taxonomy, summary: IncidentSummary, judgement: LeafJudgem
     if shared:
         f.entity = True
         why.append("it is on " + ", ".join(sorted(shared)) + ", which the incident names")
-    elif (gpus and named_gpus) or (devices and named_devices):
+    elif (gpus and named_gpus) or {_kind(d) for d in devices} & {_kind(d) for d in named_devices}:
         f.held = True
         why.append("it is on " + ", ".join(sorted(gpus | devices)) + "; the incident names "
                    + ", ".join(sorted(named_gpus | named_devices)))
@@ -175,6 +188,12 @@ def features(taxonomy: Taxonomy, summary: IncidentSummary, judgement: LeafJudgem
                    f"{', '.join(named[:3])}, whose checks found nothing")
     f.rivals = sum(1 for other in confirmed if other.label != judgement.label
                    and not _text_fit(taxonomy, summary, other.label))
+    unseen = [(reading[j.label], j.label) for j in tested if j.status == "inconclusive" and j.evidence.unknown
+              and reading.get(j.label) and (not rank or reading[j.label] < rank)]
+    if unseen:
+        f.blind = sum(1.0 / r for r, _ in unseen)
+        why.append("likelier causes could not be checked here (" + ", ".join(label for _, label in sorted(unseen)[:3])
+                   + ")")
     if rank and rank <= 10:
         why.append(f"the incident reads like it (its likely cause no. {rank} before any check)")
     if not f.tied:
@@ -183,19 +202,25 @@ def features(taxonomy: Taxonomy, summary: IncidentSummary, judgement: LeafJudgem
     return f, "; ".join(why)
 
 
-def _follows(primary: list[LeafJudgement], ordered: list[LeafJudgement], links: dict[str, str]) -> list[LeafJudgement]:
-    """Confirmed leaves on a primary cause's own GPU or NIC: what the cause did to its device (an uncorrectable ECC
-    error's pending row remap), one failure with it, not a cause of its own."""
-    follows: list[LeafJudgement] = []
+def _follows(primary: list[LeafJudgement], ordered: list[LeafJudgement], links: dict[str, str]) -> dict[str, str]:
+    """Confirmed leaves on a primary cause's own GPU or NIC -> that cause: what the cause did to its device (an
+    uncorrectable ECC error's pending row remap), one failure with it, not a cause of its own."""
+    follows: dict[str, str] = {}
     for cause in primary:
+        if cause.label in follows:
+            continue
         places = _places(cause)
         for j in ordered:
-            if j is cause or j in follows or (j in primary and primary.index(j) < primary.index(cause)):
+            if j is cause or j.label in follows or (j in primary and primary.index(j) < primary.index(cause)):
                 continue
             if shared := _places(j) & places:
-                follows.append(j)
+                follows[j.label] = cause.label
                 links[j.label] = f"followed from {cause.label} on {', '.join(sorted(shared))}"
     return follows
+
+
+def _kind(device: str) -> str:
+    return "rdma" if device.startswith(RDMA_PREFIXES) else "interface"
 
 
 def _sub(label: str) -> str:

@@ -11,8 +11,10 @@ from agent.models import CheckResult, Verdict
 from agent.reasoning.base import LeafJudgement, Observation, Reasoner
 from agent.taxonomy import Taxonomy
 
-# the incident's likeliest causes (by its reading) that are named as suspected when their checks could not see
-SUSPECTED_TOP = 3
+# at most SUSPECTED leaves, among the incident's SUSPECTED_WITHIN likeliest causes (its reading), are named as
+# suspected when their checks could not see
+SUSPECTED = 3
+SUSPECTED_WITHIN = 10
 
 
 class Suspected(BaseModel):
@@ -43,11 +45,13 @@ def suspected(taxonomy: Taxonomy, judgements: list[LeafJudgement], results: list
     """The incident's likeliest causes whose checks could not decide (UNKNOWN: a tool missing or refused in this
     view), each with the commands its checks tried. Only when nothing was claimed: a suspicion is not an answer."""
     inconclusive = {j.label: j for j in judgements if j.status == "inconclusive" and j.evidence.unknown}
-    out = []
-    for label in sorted(reading, key=reading.__getitem__)[:SUSPECTED_TOP]:
+    out: list[Suspected] = []
+    for label in sorted(reading, key=reading.__getitem__)[:SUSPECTED_WITHIN]:
         judgement = inconclusive.get(label)
         if judgement is None:
             continue
+        if len(out) == SUSPECTED:
+            break
         checks = set(taxonomy.node(label).checks)
         blind = [r for r in results if r.check in checks and r.verdict == Verdict.UNKNOWN]
         commands = list(dict.fromkeys(cmd for r in blind for cmd in r.cmds))

@@ -54,8 +54,9 @@ from agent.taxonomy import Taxonomy
 Emit = Callable[[dict[str, Any]], None]
 Approval = Literal["all", "none", "ask"]
 PreTriage = Callable[[Incident], ToolResult | None]  # None: nothing for this tool in the incident
-# keeps the evidence of the confirmed causes ((role, judgement): root_cause | follows | also_found) before the conclusion is
-# told to anyone; returns what the report and ticket say about it (agent/bundle.py's BundleInfo), or None
+# keeps the evidence of the confirmed causes ((role, judgement): root_cause | follows | also_found) before the
+# conclusion is told to anyone; returns what the report and ticket say about it (agent/bundle.py's BundleInfo), or
+# None
 Preserve = Callable[[DiagnosisState, list[tuple[str, LeafJudgement]]], dict[str, Any] | None]
 
 
@@ -160,27 +161,8 @@ class DiagnosisGraph:
         approvers = dict(state.get("approved_by", {}))
         results = self._run(label, cheap)
         if costly and not self._stop and (costly_too or execution.costly_needed(self.t.taxonomy, label, results)):
-            undecided = [c for c in costly if c not in approvals]
-            if undecided and self.t.approval == "ask":
-                from langgraph.types import interrupt
-
-                specs = [runner.manifest.get(c) for c in undecided]
-                purpose = purpose or (f"the read-only checks did not decide {label}: the test confirms or rejects "
-                                      f"it")
-                answer = interrupt({"kind": "approval", "node": label, "purpose": purpose, "checks": [
-                    {"id": s.id, "tier": s.tier, "description": s.description, "expected_cost_s": s.expected_cost_s}
-                    for s in specs]})
-                answer = answer if isinstance(answer, dict) else {}
-                who, via = str(answer.get("approved_by") or self.t.operator or "unknown"), "operator"
-                approvals.update({c: answer.get(c) is True for c in undecided})
-            else:
-                who, via = self.t.operator or "unknown", f"policy {self.t.approval}"
-                approvals.update({c: self.t.approval == "all" for c in undecided})
-            for check in undecided:
-                approvers[check] = who
-                spec = runner.manifest.get(check)
-                self.t.audit({"event": "approval", "node": label, "check": check, "tier": spec.tier,
-                              "approved": approvals[check], "by": who, "via": via})
+            purpose = purpose or f"the read-only checks did not decide {label}: the test confirms or rejects it"
+            approvals, approvers = self._decide(state, label, costly, purpose)
             runner.approve = lambda spec, host: approvals.get(spec.id, False)
             results += self._run(label, costly)
         elif costly and not self._stop:
@@ -189,6 +171,34 @@ class DiagnosisGraph:
         stored = dict(state.get("results", {}))
         stored.update({result_key(r): dump_result(r) for r in results})
         return results, {"results": stored, "approvals": approvals, "approved_by": approvers}
+
+    def _decide(self, state: DiagnosisState, node: str, checks: list[str], purpose: str,
+                ) -> tuple[dict[str, bool], dict[str, str]]:
+        """(approvals, approvers) with `checks` decided: by the operator (one interrupt, saying what the answer would
+        change) under the policy ask, else by the policy; each decision written to the audit log once."""
+        approvals = dict(state.get("approvals", {}))
+        approvers = dict(state.get("approved_by", {}))
+        undecided = [c for c in dict.fromkeys(checks) if c not in approvals]
+        if not undecided:
+            return approvals, approvers
+        manifest = self.t.runner.manifest
+        if self.t.approval == "ask":
+            from langgraph.types import interrupt
+
+            answer = interrupt({"kind": "approval", "node": node, "purpose": purpose, "checks": [
+                {"id": s.id, "tier": s.tier, "description": s.description, "expected_cost_s": s.expected_cost_s}
+                for s in map(manifest.get, undecided)]})
+            answer = answer if isinstance(answer, dict) else {}
+            who, via = str(answer.get("approved_by") or self.t.operator or "unknown"), "operator"
+            approvals.update({c: answer.get(c) is True for c in undecided})
+        else:
+            who, via = self.t.operator or "unknown", f"policy {self.t.approval}"
+            approvals.update({c: self.t.approval == "all" for c in undecided})
+        for check in undecided:
+            approvers[check] = who
+            self.t.audit({"event": "approval", "node": node, "check": check, "tier": manifest.get(check).tier,
+                          "approved": approvals[check], "by": who, "via": via})
+        return approvals, approvers
 
     def _run(self, label: str, checks: list[str]) -> list[CheckResult]:
         if not checks or self._stop:
@@ -329,9 +339,13 @@ class DiagnosisGraph:
             path.append({"pipeline": 1, "node": "ROOT", "action": "continue",
                          "detail": "not explained: " + ", ".join(left[:5])})
             confirmed = []
-        if confirmed and not self._attribute({**state, **update, "judgements": [  # type: ignore[misc]
-                j.model_dump(mode="json") for j in judgements]}).primary:
-            # what history pointed at is on the hosts, but nothing ties it to this incident: search on
+        merged = {**state, **update, "judgements": [j.model_dump(mode="json") for j in judgements]}
+        tied = self._tied(merged)  # type: ignore[arg-type]
+        read_like = {j.label for j in confirmed} & set(self._likeliest(merged))  # type: ignore[arg-type]
+        if confirmed and not tied and not read_like:
+            # what history pointed at is on the hosts, but nothing ties it to this incident and the incident does
+            # not read like it: an old problem the hosts carry, most likely; search on. (One it reads like ends the
+            # search as the walk's own follow_reading would; the claim model then says how probable it is.)
             path.append({"pipeline": 1, "node": "ROOT", "action": "continue",
                          "detail": "confirmed, but nothing ties it to this incident: " + ", ".join(
                              j.label for j in confirmed)})
@@ -447,27 +461,30 @@ class DiagnosisGraph:
         and judge them again on everything, so which cause comes first rests on all the evidence, not on the
         visiting order. A confirmed leaf nothing ties to the incident is not this incident's cause whatever its
         strength, so minutes of load on the hosts would not change the answer: it is reported as found."""
-        confirmed = self._attribute(state).primary
+        confirmed = self._tied(state)
         if len(confirmed) < 2:
             return {}
         update: dict[str, Any] = {}
         path = list(state.get("path", []))
         pipeline = state.get("pipeline") or 2
+        ran = {r.check for r in load_results(state)}
+        missing = {j.label: [c for c in execution.by_tier(self.t.runner, execution.checks_for(
+            self.t.taxonomy, self.t.runner, j.label))[1] if c not in ran] for j in confirmed}
+        if not any(missing.values()) or self._stop:
+            return {}
+        # one question for every cause: asked once, it is not asked again when the node resumes
+        purpose = (", ".join(j.label for j in confirmed) + " are each confirmed and tied to the incident: the tests "
+                   "decide which of them comes first in the answer")
+        approvals, approvers = self._decide(state, "corroborate", [c for v in missing.values() for c in v], purpose)
+        update["approvals"], update["approved_by"] = approvals, approvers
         for judgement in confirmed:
             if self._stop:
                 break
-            ran = {r.check for r in load_results({**state, **update})}  # type: ignore[arg-type]
-            _, costly = execution.by_tier(self.t.runner, execution.checks_for(self.t.taxonomy, self.t.runner,
-                                                                              judgement.label))
-            if missing := [c for c in costly if c not in ran]:
-                others = ", ".join(j.label for j in confirmed if j is not judgement)
-                purpose = (f"{judgement.label} and {others} are each confirmed and tied to the incident: the test "
-                           f"decides which of them comes first in the answer")
-                _, changes = self._execute({**state, **update}, judgement.label, costly_too=True,  # type: ignore[misc]
-                                           purpose=purpose)
+            if missing[judgement.label]:
+                _, changes = self._execute({**state, **update}, judgement.label, costly_too=True)  # type: ignore[misc]
                 update.update(changes)
                 path.append({"pipeline": pipeline, "node": judgement.label, "action": "corroborate",
-                             "detail": ", ".join(missing)})
+                             "detail": ", ".join(missing[judgement.label])})
         if not update:
             return {}
         merged = {**state, **update}
@@ -491,11 +508,23 @@ class DiagnosisGraph:
         hosts = len(state.get("inventory") or {}) or len(Incident.model_validate(state["incident"]).hosts)
         return attribute(self.t.taxonomy, self._summary(state), confirmed, judgements, self._reading(state), hosts)
 
-    def _unread(self, state: DiagnosisState) -> list[str]:
-        """The incident's likeliest causes (its reading's first planning.FOLLOWED leaves) that nothing judged yet."""
-        judged = {j["label"] for j in state.get("judgements", [])}
+    def _tied(self, state: DiagnosisState) -> list[LeafJudgement]:
+        """The causes the incident's own lines, devices or time tie (level confirmed). The walk's decisions (stop
+        after history, follow the reading, corroborate) rest on these alone, never on a probable claim's score: a
+        probable cause does not end the search for a tied one, and the checks a run makes do not depend on the
+        claim model's weights."""
+        found = self._attribute(state)
+        return [j for j in found.primary if found.levels.get(j.label) == "confirmed"]
+
+    def _likeliest(self, state: DiagnosisState) -> list[str]:
+        """The incident's likeliest causes: its reading's first planning.FOLLOWED leaves."""
         reading = self._reading(state)
-        return [label for label in sorted(reading, key=reading.__getitem__)[:planning.FOLLOWED] if label not in judged]
+        return sorted(reading, key=reading.__getitem__)[:planning.FOLLOWED]
+
+    def _unread(self, state: DiagnosisState) -> list[str]:
+        """The incident's likeliest causes that nothing judged yet."""
+        judged = {j["label"] for j in state.get("judgements", [])}
+        return [label for label in self._likeliest(state) if label not in judged]
 
     def conclude(self, state: DiagnosisState) -> dict[str, Any]:
         found = self._attribute(state)
@@ -560,8 +589,7 @@ class DiagnosisGraph:
         if state["stack"]:
             return "dfs"
         if any(j["status"] == "confirmed" for j in state.get("judgements", [])):
-            if (not state.get("read_followed") and not self._attribute(state).primary
-                    and self._unread(state)):
+            if not state.get("read_followed") and not self._tied(state) and self._unread(state):
                 return "follow_reading"
             return "corroborate"
         return "explore" if state.get("widened") else "widen"

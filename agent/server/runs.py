@@ -343,7 +343,9 @@ class RunManager:
                         executor.close()
         self.store.update(run_id, report=report.model_dump(mode="json"), title=report.title or run["title"])
         self.emit(run_id, {"type": "done", "resolved": report.resolved, "pipeline": report.pipeline,
-                           "root_causes": [c.label for c in report.root_causes]})
+                           "root_causes": [c.label for c in report.root_causes],
+                           "levels": {c.label: c.level for c in report.root_causes},
+                           "suspected": [s.label for s in report.suspected]})
         self.set_status(run_id, "done", answer=None)
         self._ended(run, "done", report.resolved)
 

@@ -1,0 +1,92 @@
+"""The levels a reader sees (confirmed, probable, suspected), one event read as one cause, and the benchmark's
+per-level precision and reliability table: end to end through `aidai diagnose` on simulated hosts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from agent.cli.main import app
+from agent.sim.scenario import create_scenario
+from eval.harness.metrics import claim_levels, reliability
+from eval.harness.report import level_tables
+
+runner = CliRunner(env={"COLUMNS": "200"})
+ECC = "GPU.MEMORY.UNCORRECTABLE_ECC"
+
+
+def _diagnose(text: str, root: Path, data: Path, *extra: str) -> Any:
+    return runner.invoke(app, ["diagnose", text, "--host", f"sim:{root}", "--data-dir", str(data), *extra])
+
+
+def test_one_ecc_event_reads_as_one_cause_with_what_followed(tmp_path: Path, data_dir: Path) -> None:
+    root = create_scenario(tmp_path / "ecc", faults=[{"fault": "gpu.ecc_uncorrectable", "gpu": 3}]).root
+    result = _diagnose("RuntimeError: CUDA error: uncorrectable ECC error encountered on GPU 3", root, data_dir,
+                       "--json", "--ticket", str(tmp_path / "ticket"))
+    assert result.exit_code == 0, result.output
+    contract = json.loads(result.stdout)
+    assert [c["label"] for c in contract["root_causes"]] == [ECC]
+    assert contract["root_causes"][0]["level"] == "confirmed" and contract["root_causes"][0]["reasons"]
+    follows = contract["details"]["follows"]
+    assert follows and all(f"followed from {ECC} on gpu3" in c["link"] for c in follows)
+    assert not any(c["label"] == ECC for c in follows + contract["details"]["also_found"])
+    ticket = (tmp_path / "ticket.md").read_text()
+    assert "(confirmed, confidence" in ticket and "what followed from it" in ticket
+
+
+def test_a_present_state_that_fits_a_vague_report_answers_as_probable(tmp_path: Path, data_dir: Path) -> None:
+    root = create_scenario(tmp_path / "nvlink", faults=[{"fault": "nvlink.not_enabled"}]).root
+    text = "fine-tuning a 7B model takes 3x longer on this 8-GPU server than on our other one"
+    result = _diagnose(text, root, data_dir, "--json")
+    assert result.exit_code == 0, result.output  # a probable cause answers the customer
+    contract = json.loads(result.stdout)
+    cause = contract["root_causes"][0]
+    assert contract["resolved"] is True
+    assert (cause["label"], cause["level"]) == ("INTERCONNECT_NETWORKING.NVLINK.NVLINK_NOT_ENABLED", "probable")
+    assert 0.5 <= cause["confidence"] < 1.0 and "fails jobs the way the incident says" in cause["reasons"]
+    shown = _diagnose(text, root, data_dir)
+    words = " ".join(shown.stdout.split())
+    assert "probable" in words and "nothing ties it to the incident's own lines" in words
+
+
+def test_a_container_that_cannot_see_the_cause_names_it_suspected_with_commands(tmp_path: Path,
+                                                                                 data_dir: Path) -> None:
+    root = create_scenario(tmp_path / "acs", faults=[{"fault": "pcie.acs_enabled"}], view="container").root
+    text = "all_reduce_perf hangs with 100% GPU usage on our 8-GPU server, DDP training stops at the first step"
+    result = _diagnose(text, root, data_dir, "--json", "--ticket", str(tmp_path / "ticket"))
+    contract = json.loads(result.stdout)
+    assert contract["resolved"] is False and contract["root_causes"] == []
+    suspected = {s["label"]: s for s in contract["suspected"]}
+    assert "INTERCONNECT_NETWORKING.PCIE.ACS_P2P_HANG" in suspected
+    assert all(s["level"] == "suspected" and s["commands"] for s in suspected.values())
+    assert any("system_config" in c for c in suspected["INTERCONNECT_NETWORKING.PCIE.ACS_P2P_HANG"]["commands"])
+    ticket = (tmp_path / "ticket.md").read_text()
+    assert "Suspected (not checked" in ticket and "ACS_P2P_HANG" in ticket
+
+
+def _row(label: str, predicted: str | None, level: str | None = None, confidence: float | None = None,
+         control: bool = False, suspected: list[str] | None = None) -> dict[str, Any]:
+    return {"label": label, "predicted": predicted, "level": level, "confidence": confidence, "control": control,
+            "suspected": suspected or []}
+
+
+def test_precision_per_level_and_the_reliability_table() -> None:
+    rows = [_row("A", "A", "confirmed", 0.95), _row("B", "B", "confirmed", 0.91), _row("C", "X", "probable", 0.62),
+            _row("D", "D", "probable", 0.67), _row("E", "Y", "probable", 0.55, control=True),
+            _row("F", None, suspected=["G", "F"]), _row("H", None, suspected=["H"])]
+    levels = claim_levels(rows)
+    assert levels["confirmed"] == {"claims": 2, "right": 2, "precision": 1.0, "controls": 0}
+    # a claim on a control is never right
+    assert levels["probable"] == {"claims": 3, "right": 1, "precision": pytest.approx(1 / 3), "controls": 1}
+    assert levels["suspected"] == {"escalations": 2, "right_first": 1, "right_any": 2}
+    table = {(c["level"], c["decile"]): c for c in reliability(rows)}
+    assert table[("confirmed", 9)]["claims"] == 2 and table[("confirmed", 9)]["right"] == 2
+    assert table[("probable", 6)]["claims"] == 2 and table[("probable", 6)]["right"] == 1
+    assert table[("probable", 5)] == {"level": "probable", "decile": 5, "claims": 1, "right": 0,
+                                      "mean_confidence": 0.55}
+    text = "\n".join(level_tables({"aidai": {"levels": levels, "reliability": reliability(rows)}}))
+    assert "| aidai | probable | 0.6-0.7 | 0.65 | 2 | 1 | 0.50 |" in text
