@@ -137,7 +137,10 @@ bench-diagnosis: install
 		--tag controls-1
 	$(BIN)/aidai eval --incidents $(PUBLIC_INCIDENTS) $(CONFOUND_METHODS) --confound 1 --trace --out $(BENCH_OUT) \
 		--tag public-confound-1
+	$(BIN)/aidai eval --incidents $(PUBLIC_INCIDENTS) --method aidai --method tgd --confound 1 --controls --trace \
+		--out $(BENCH_OUT) --tag public-controls-1
 	$(BIN)/python -m eval.attribution_fit --incidents $(DEV_INCIDENTS) --rows $(BENCH_OUT)/confound-1.rows.jsonl \
 		$(BENCH_OUT)/confound-2.rows.jsonl $(BENCH_OUT)/confound-3.rows.jsonl \
 		--controls $(BENCH_OUT)/controls-1.rows.jsonl --judge $(BENCH_OUT)/public-confound-1.rows.jsonl \
-		--judge-incidents $(PUBLIC_INCIDENTS) --out $(BENCH_OUT)/attribution.md
+		--judge-controls $(BENCH_OUT)/public-controls-1.rows.jsonl --judge-incidents $(PUBLIC_INCIDENTS) \
+		--out $(BENCH_OUT)/attribution.md

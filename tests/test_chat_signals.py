@@ -161,6 +161,16 @@ def test_one_question_lists_every_check_with_its_cost_and_hypothesis(monkeypatch
     assert "1. p2p_bw about 60 s, tests LINK_HARDWARE_FAULT" in out and "2. nccl_intranode about 120 s" in out
     assert "180 s in all" in out
     assert len(asked) == 2 and all("Run them?" in q for q in asked)  # re-asked once after a bad answer
+    assert "the read-only checks did not decide it" in out
+
+
+def test_the_question_says_what_the_answer_would_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    monkeypatch.setattr(console, "input", lambda prompt="", **_: "n")
+    purpose = "A and B are each confirmed and tied to the incident: the tests decide which of them comes first"
+    ask_approval(console, {"kind": "approval", "node": "corroborate", "purpose": purpose, "checks": CHECKS})
+    out = " ".join(console.file.getvalue().split())  # type: ignore[attr-defined]
+    assert f"corroborate: {purpose}." in out and "did not decide" not in out
 
 
 # ---- who acts -----------------------------------------------------------------------------------------------

@@ -17,8 +17,8 @@ from agent.paths import KNOWLEDGE_DIR
 from agent.sim.scenario import create_scenario, find_record, scenario_from_record
 
 EXAMPLES = KNOWLEDGE_DIR / "examples" / "demo_incidents.jsonl"
-CONTRACT_KEYS = {"resolved", "pipeline", "root_causes", "path", "checks_run", "check_seconds", "llm_calls", "tokens",
-                 "run_id", "details"}
+CONTRACT_KEYS = {"resolved", "pipeline", "root_causes", "suspected", "path", "checks_run", "check_seconds",
+                 "llm_calls", "tokens", "run_id", "details"}
 NOTHING_TEXT = "my printer makes a weird noise whenever I open the quarterly spreadsheet"
 
 # one KB doc of our own: the repo's KB is large to embed and may be edited while the tests run
@@ -51,6 +51,7 @@ def test_diagnose_json_ecc_contract_and_resume(ecc_host: tuple[Path, dict], data
     assert set(contract) == CONTRACT_KEYS
     assert contract["resolved"] is True
     assert contract["root_causes"][0]["label"] == "GPU.MEMORY.UNCORRECTABLE_ECC"
+    assert contract["root_causes"][0]["level"] == "confirmed" and contract["suspected"] == []
     assert contract["root_causes"][0]["evidence"]
     assert contract["checks_run"] > 0
     assert "confirmed" in result.stderr
@@ -74,10 +75,11 @@ def test_diagnose_ticket_and_report(ecc_host: tuple[Path, dict], data_dir: Path,
     assert "GPU.MEMORY.UNCORRECTABLE_ECC" in md.read_text()
     data = json.loads(js.read_text())
     assert data["status"] == "resolved"
-    # two causes confirmed (ECC and the pending row remap): corroborating them wants the DCGM diag, which
-    # was not approved, so the ticket says it did not run and why
-    unapproved = [c for c in data["checks"] if c["check"] == "dcgm_diag"]
-    assert unapproved and unapproved[0]["verdict"] == "UNKNOWN" and "approval" in unapproved[0]["summary"]
+    # the pending row remap on the same GPU followed from the ECC error: one cause, so no load test is wanted to
+    # rank the two (the DCGM diag could not change the answer) and none waits for approval
+    assert [c["label"] for c in data["root_causes"]] == ["GPU.MEMORY.UNCORRECTABLE_ECC"]
+    assert "GPU.MEMORY.ROW_REMAP_PENDING" in [c["label"] for c in data["follows"]]
+    assert not [c for c in data["checks"] if c["check"] == "dcgm_diag"]
 
 
 def test_the_report_prints_a_pci_bus_id_as_the_tools_print_it(tmp_path: Path, data_dir: Path) -> None:

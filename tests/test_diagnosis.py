@@ -65,18 +65,20 @@ def test_case_study_nvlink_found_by_the_taxonomy_after_history_misses(tmp_path: 
     assert report.llm_calls == 0 and report.checks_run > 0
 
 
-def test_case_study_ecc_reports_secondary_row_remap_and_xid(tmp_path: Path, data_dir: Path) -> None:
+def test_case_study_ecc_reports_the_row_remap_that_followed_and_xid(tmp_path: Path, data_dir: Path) -> None:
     host = sim_host(tmp_path / "host", [{"fault": "gpu.ecc_uncorrectable", "gpu": 1}])
     report = Diagnoser(DiagnoseOptions(hosts=[host], data_dir=str(data_dir), knowledge=False),
                        taxonomy=TAXONOMY).run(Incident(text=CASE_2))
 
     assert report.resolved
-    primary, *secondary = report.root_causes
-    assert primary.label == ECC
+    primary, *others = report.root_causes
+    assert primary.label == ECC and primary.level == "confirmed" and not others
     assert any(line.startswith("xid_scan:xid_48@GPU1") for line in primary.evidence)
     assert any(line.startswith("gpu_memory_errors:ecc_uncorrectable@GPU1") for line in primary.evidence)
-    remap = {c.label: c for c in secondary}["GPU.MEMORY.ROW_REMAP_PENDING"]
+    # the pending row remap is what the ECC error left on its GPU: it followed from the cause, with its evidence
+    remap = {c.label: c for c in report.follows}["GPU.MEMORY.ROW_REMAP_PENDING"]
     assert any("row_remap_pending@GPU1" in line for line in remap.evidence)
+    assert remap.link.startswith(f"followed from {ECC} on gpu1")
     # NVIDIA's Xid catalogue: 48 with 63 on one GPU -> drain the node, then reset that GPU; the report says so
     assert any(action.startswith("drain the node, then reset GPU1") for action in primary.actions), primary.actions
     assert primary.confidence > remap.confidence

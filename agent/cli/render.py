@@ -352,7 +352,7 @@ def ask_approval(console: Console, payload: dict[str, Any]) -> dict[str, bool]:
     if not ids:
         return {}
     total = sum(float(c.get("expected_cost_s", 0)) for c in checks)
-    purpose = str(payload.get("purpose") or f"the read-only checks did not decide {node or 'this step'}")
+    purpose = str(payload.get("purpose") or "the read-only checks did not decide it")
     console.print(f"[yellow]{escape(node or 'this step')}[/]: {escape(purpose)}. "
                   f"{'A test that loads' if len(ids) == 1 else f'{len(ids)} tests that load'} the GPUs or the "
                   f"network (about {total:.0f} s in all):", highlight=False)

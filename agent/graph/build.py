@@ -161,7 +161,7 @@ class DiagnosisGraph:
         approvers = dict(state.get("approved_by", {}))
         results = self._run(label, cheap)
         if costly and not self._stop and (costly_too or execution.costly_needed(self.t.taxonomy, label, results)):
-            purpose = purpose or f"the read-only checks did not decide {label}: the test confirms or rejects it"
+            purpose = purpose or "the read-only checks did not decide it: the test confirms or rejects it"
             approvals, approvers = self._decide(state, label, costly, purpose)
             runner.approve = lambda spec, host: approvals.get(spec.id, False)
             results += self._run(label, costly)
