@@ -19,12 +19,16 @@ from agent.server.config import ServerConfig
 from tests.test_server import (  # noqa: F401 (fixtures)
     ECC,
     FOB_INCIDENT,
+    NAN_INCIDENT,
     config_fixture,
     ecc_record_fixture,
     ecc_spec_fixture,
     fob_spec_fixture,
+    nan_spec_fixture,
     serving,
 )
+
+FAULTY = "GPU.HARDWARE.FAULTY_GPU"
 
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 ARTIFACTS = Path(os.environ.get("AIDAI_ARTIFACTS") or Path(__file__).parent / "artifacts")
@@ -51,39 +55,41 @@ def browser():  # type: ignore[no-untyped-def]
         driver.quit()
 
 
-def test_page_runs_an_incident_and_shows_tree_and_ticket(config: ServerConfig, ecc_record: dict, ecc_spec: str,
+def test_page_runs_an_incident_and_shows_tree_and_ticket(config: ServerConfig, nan_spec: str,
                                                          browser) -> None:  # type: ignore[no-untyped-def]
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
+    config.targets = [nan_spec]  # a GPU only a load test or its Xid shows faulty: the run asks for the DCGM diag
     with serving(config) as url:
         browser.get(url + "/")
         wait = WebDriverWait(browser, 120)
         wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "#hosts input[type=checkbox]")))
         box = browser.find_element(By.CSS_SELECTOR, "#hosts input[type=checkbox]")
-        assert box.get_attribute("value") == ecc_spec and box.is_selected()
-        browser.find_element(By.ID, "incident").send_keys(ecc_record["description"])
-        browser.find_element(By.ID, "environment").send_keys(ecc_record["environment"])
+        assert box.get_attribute("value") == nan_spec and box.is_selected()
+        browser.find_element(By.ID, "incident").send_keys(NAN_INCIDENT)
         Select(browser.find_element(By.ID, "approval")).select_by_value("ask")
         browser.find_element(By.ID, "start").click()
 
-        # the tree fills in live: the ECC leaf shows as running or judged before the run ends
-        leaf = f'#tree .node[data-label="{ECC}"]'
-        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, leaf)))
-        # the run asks before the DCGM diag: the page shows the approval; decline it from the page
+        # the tree fills in live: the ECC leaf history points at shows as running or judged before the run ends
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, f'#tree .node[data-label="{ECC}"]')))
+        # the run asks before the DCGM diag, saying what the answer decides; decline it from the page
         wait.until(ec.visibility_of_element_located((By.ID, "approval-box")))
         assert "dcgm_diag" in browser.find_element(By.ID, "approval-checks").text
+        assert "did not decide it" in browser.find_element(By.ID, "approval-node").text
         browser.find_element(By.ID, "decline").click()
 
+        leaf = f'#tree .node[data-label="{FAULTY}"]'
         wait.until(ec.visibility_of_element_located((By.ID, "ticket-box")))
-        wait.until(ec.text_to_be_present_in_element((By.ID, "ticket"), ECC))
+        wait.until(ec.text_to_be_present_in_element((By.ID, "ticket"), FAULTY))
+        assert "(confirmed, confidence" in browser.find_element(By.ID, "ticket").text
         assert browser.find_element(By.CSS_SELECTOR, leaf).get_attribute("data-status") == "confirmed"
         assert browser.find_element(By.ID, "run-status").text.lower() == "done"
         rejected = browser.find_elements(By.CSS_SELECTOR, '#tree .node[data-status="rejected"]')
         assert rejected, "the rejected hypotheses are in the tree too"
         board = browser.find_element(By.ID, "board").text
-        assert ECC in board and "confirmed" in board and "rejected" in board
+        assert FAULTY in board and "confirmed" in board and "rejected" in board
         timeline = browser.find_element(By.ID, "timeline").text
         assert "declined: dcgm_diag (by local)" in timeline and "answered (approval)" not in timeline
 
@@ -132,9 +138,10 @@ def _timeline(browser: Any) -> list[str]:
     return [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#timeline li")]
 
 
-def _decline_ecc(browser: Any, url: str, incident: str, at_approval: Callable[[Any, str], None] | None = None,
-                 script: str = "") -> tuple[Any, str]:
-    """Start the ECC incident from the page, decline the DCGM diag it asks for, wait for the ticket."""
+def _decline_diag(browser: Any, url: str, incident: str, at_approval: Callable[[Any, str], None] | None = None,
+                  script: str = "") -> tuple[Any, str]:
+    """Start the NaN incident (on the host whose GPU 5 is faulty) from the page, decline the DCGM diag it asks for,
+    wait for the ticket."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
 
@@ -145,7 +152,7 @@ def _decline_ecc(browser: Any, url: str, incident: str, at_approval: Callable[[A
         at_approval(wait, run_id)
     browser.find_element(By.ID, "decline").click()
     wait.until(ec.visibility_of_element_located((By.ID, "ticket-box")))
-    wait.until(ec.text_to_be_present_in_element((By.ID, "ticket"), ECC))
+    wait.until(ec.text_to_be_present_in_element((By.ID, "ticket"), FAULTY))
     return wait, run_id
 
 
@@ -194,7 +201,7 @@ def test_page_does_not_pretick_load_tests_on_a_gpu_that_fell_off_the_bus(config:
         wait.until(lambda b: b.find_element(By.ID, "run-status").text.lower() == "done")
 
 
-def test_run_list_header_and_api_show_one_status(config: ServerConfig, ecc_record: dict,
+def test_run_list_header_and_api_show_one_status(config: ServerConfig, nan_spec: str,
                                                  browser) -> None:  # type: ignore[no-untyped-def]
     """Item 2: while the run waits for the operator, the run list, the header and the API all say waiting."""
     from selenium.webdriver.common.by import By
@@ -203,6 +210,7 @@ def test_run_list_header_and_api_show_one_status(config: ServerConfig, ecc_recor
         entry = b.find_elements(By.CSS_SELECTOR, f'#runs li[data-run="{run_id}"] .status')
         return (b.find_element(By.ID, "run-status").text.lower(), entry[0].text.lower() if entry else "")
 
+    config.targets = [nan_spec]
     with serving(config) as url:
         def at_approval(wait: Any, run_id: str) -> None:
             wait.until(lambda b: shown(b, run_id) == ("waiting", "waiting"))  # no refresh clicked
@@ -212,7 +220,7 @@ def test_run_list_header_and_api_show_one_status(config: ServerConfig, ecc_recor
             title = browser.find_element(By.ID, "run-status").get_attribute("title")
             assert title and "approval" in title
 
-        wait, run_id = _decline_ecc(browser, url, ecc_record["description"], at_approval)
+        wait, run_id = _decline_diag(browser, url, NAN_INCIDENT, at_approval)
         wait.until(lambda b: shown(b, run_id) == ("done", "done"))
         assert httpx.get(f"{url}/api/runs/{run_id}").json()["status"] == "done"
 
@@ -282,11 +290,12 @@ def test_timeline_draws_each_step_once_after_an_answer_and_a_reconnect(config: S
         wait.until(lambda b: b.find_element(By.ID, "ticket-box").is_displayed() and _timeline(b) == live)
 
 
-def test_a_decline_shows_as_a_decline(config: ServerConfig, ecc_record: dict,
+def test_a_decline_shows_as_a_decline(config: ServerConfig, nan_spec: str,
                                       browser) -> None:  # type: ignore[no-untyped-def]
     """Item 4: "declined: dcgm_diag" in the timeline, and the run record says declined."""
+    config.targets = [nan_spec]
     with serving(config) as url:
-        _, run_id = _decline_ecc(browser, url, ecc_record["description"])
+        _, run_id = _decline_diag(browser, url, NAN_INCIDENT)
         lines = _timeline(browser)
         assert "declined: dcgm_diag (by local)" in lines
         assert not [line for line in lines if "answered (approval)" in line]
@@ -294,13 +303,14 @@ def test_a_decline_shows_as_a_decline(config: ServerConfig, ecc_record: dict,
         assert [(a["decision"], a["declined"], a["by"]) for a in approvals] == [("declined", ["dcgm_diag"], "local")]
 
 
-def test_ticket_on_the_page_says_what_the_page_user_can_do(config: ServerConfig, ecc_record: dict,
+def test_ticket_on_the_page_says_what_the_page_user_can_do(config: ServerConfig, nan_spec: str,
                                                            browser) -> None:  # type: ignore[no-untyped-def]
     """Item 5: the page's ticket has no command-line advice (--approve-active)."""
     from selenium.webdriver.common.by import By
 
+    config.targets = [nan_spec]
     with serving(config) as url:
-        _decline_ecc(browser, url, ecc_record["description"])
+        _decline_diag(browser, url, NAN_INCIDENT)
         ticket = browser.find_element(By.ID, "ticket").text
         assert "dcgm_diag" in ticket and "approval box" in ticket
         assert "--approve-active" not in ticket and "re-run with" not in ticket.lower()

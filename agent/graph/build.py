@@ -148,11 +148,10 @@ class DiagnosisGraph:
     def _summary(self, state: DiagnosisState) -> IncidentSummary:
         return IncidentSummary.model_validate(state["summary"])
 
-    def _execute(self, state: DiagnosisState, label: str, costly_too: bool = False, purpose: str = "",
+    def _execute(self, state: DiagnosisState, label: str, costly_too: bool = False,
                  ) -> tuple[list[CheckResult], dict[str, Any]]:
         """Run the node's passive checks, then its active ones if they are still needed or `costly_too` (asking
-        for approval first: an interrupt when the policy is ask, saying what the answer would change: `purpose`,
-        by default that the read-only checks did not decide the node)."""
+        for approval first unless already decided: an interrupt when the policy is ask)."""
         runner = self.t.runner
         for result in load_results(state):  # a resumed run reuses what the checkpoint already holds
             runner.cache.setdefault((result.host, result.check), result)
@@ -161,8 +160,8 @@ class DiagnosisGraph:
         approvers = dict(state.get("approved_by", {}))
         results = self._run(label, cheap)
         if costly and not self._stop and (costly_too or execution.costly_needed(self.t.taxonomy, label, results)):
-            purpose = purpose or "the read-only checks did not decide it: the test confirms or rejects it"
-            approvals, approvers = self._decide(state, label, costly, purpose)
+            approvals, approvers = self._decide(state, label, costly, "the read-only checks did not decide it: the "
+                                                                      "test confirms or rejects it")
             runner.approve = lambda spec, host: approvals.get(spec.id, False)
             results += self._run(label, costly)
         elif costly and not self._stop:
