@@ -91,3 +91,7 @@ def test_precision_per_level_and_the_reliability_table() -> None:
                                       "mean_confidence": 0.55}
     text = "\n".join(level_tables({"aidai": {"levels": levels, "reliability": reliability(rows)}}))
     assert "| aidai | probable | 0.6-0.7 | 0.65 | 2 | 1 | 0.50 |" in text
+    # a method that chooses rather than attributes (CVD, the one-shot baselines) has no levels and no table row
+    chooser = [_row("A", "A"), _row("B", "X")]
+    assert claim_levels(chooser) is None and reliability(chooser) == []
+    assert level_tables({"cvd": {"levels": None, "reliability": []}}) == []

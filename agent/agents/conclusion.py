@@ -31,9 +31,8 @@ def explain(reasoner: Reasoner, summary: IncidentSummary, found: Attribution, me
     text = reasoner.conclude(summary, found.primary, memory)
     if found.primary and found.levels.get(found.primary[0].label) == "probable":
         head = found.primary[0]
-        text = (f"Probable cause: {head.label} (claim {found.claims[head.label]:.2f}) — a state the hosts are in "
-                f"that fits the incident; nothing ties it to the incident's own lines, devices or time: "
-                f"{found.links[head.label]}. " + text)
+        claim = f"{head.label} (claim {found.claims[head.label]:.2f})"
+        text = f"Probable cause: {claim}: {found.links[head.label]}. {text}"
     if found.follows:
         text += " What followed from it: " + "; ".join(
             f"{j.label} ({found.links[j.label]})" for j in found.follows) + "."

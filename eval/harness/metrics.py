@@ -143,9 +143,12 @@ def control_scores(rows: list[Row]) -> dict[str, Any]:
             "controls_confirmed_strong": _ratio(sum(r.get("evidence") == "strong" for r in predicted), len(controls))}
 
 
-def claim_levels(rows: list[Row]) -> dict[str, Any]:
+def claim_levels(rows: list[Row]) -> dict[str, Any] | None:
     """Per level of the first claimed cause (confirmed, probable): how many claims, how many right (controls: a
-    claim is never right), and the suspected-only escalations (a suspicion is not a claim)."""
+    claim is never right), and the suspected-only escalations (a suspicion is not a claim). None for a method
+    whose claims carry no level (the one-shot baselines and CVD choose; they do not attribute)."""
+    if not any(r.get("level") for r in rows):
+        return None
     out: dict[str, Any] = {}
     for level in ("confirmed", "probable"):
         claimed = [r for r in rows if r.get("predicted") and (r.get("level") or "confirmed") == level]

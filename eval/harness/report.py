@@ -69,8 +69,7 @@ def breakdown_tables(metrics: dict[str, dict[str, Any]]) -> list[str]:
 
 def level_tables(metrics: dict[str, dict[str, Any]]) -> list[str]:
     """Precision per level of the first claimed cause, and the reliability of its confidence per decile."""
-    leveled = {name: m for name, m in metrics.items() if m.get("levels")
-               and (m["levels"]["probable"]["claims"] or m["reliability"])}
+    leveled = {name: m for name, m in metrics.items() if m.get("levels")}
     if not leveled:
         return []
     out = ["", "## Claims by level", "",
