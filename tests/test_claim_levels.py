@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from agent.agents import attribution
 from agent.cli.main import app
 from agent.sim.scenario import create_scenario
 from eval.harness.metrics import claim_levels, reliability
@@ -95,3 +96,27 @@ def test_precision_per_level_and_the_reliability_table() -> None:
     chooser = [_row("A", "A"), _row("B", "X")]
     assert claim_levels(chooser) is None and reliability(chooser) == []
     assert level_tables({"cvd": {"levels": None, "reliability": []}}) == []
+
+
+class _Run:
+    """A traced run as the claim model's fit sees it: each confirmed leaf's features and whether it is the cause."""
+
+    def __init__(self, examples: list[tuple[dict[str, float], bool]]):
+        self._examples = examples
+
+    def examples(self, taxonomy: Any) -> list[tuple[dict[str, float], bool]]:
+        return self._examples
+
+
+def test_the_claim_model_learns_what_ties_a_cause_and_what_a_latent_problem_looks_like() -> None:
+    from eval.attribution_fit import fit
+
+    cause, latent = {"text": 1.0, "reading": 0.5}, {"text": 0.0, "reading": 0.05}
+    runs = [_Run([(cause, True), (latent, False)]) for _ in range(20)]
+    runs += [_Run([(latent, False)]) for _ in range(20)]  # controls: only an old problem, the right answer is none
+    weights = fit(runs, None)  # type: ignore[arg-type]
+    assert weights["text"] > 1.0 and weights["bias"] < 0
+    # the fitted weights, used by the attribution: the tied cause takes most of the probability, the latent little
+    found = attribution.claims({"cause": attribution.Features(text=True, reading=0.5),
+                                "latent": attribution.Features(reading=0.05)}, weights)
+    assert found["cause"] > 0.8 > 0.1 > found["latent"]
