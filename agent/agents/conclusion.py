@@ -3,6 +3,8 @@ which level), and, when none is claimed because the view hid the tools, what is 
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 from agent.agents.attribution import Attribution
@@ -67,3 +69,38 @@ def suspected_sentence(found: list[Suspected]) -> str:
         f"{s.label} (likely cause no. {s.rank} of the incident's text; {s.why})" for s in found) + \
         ". Whoever can see the hosts (the provider) should run: " + "; ".join(
         dict.fromkeys(c for s in found for c in s.commands[:4])) + "."
+
+
+def roles(found: Attribution) -> list[tuple[str, LeafJudgement]]:
+    """Every confirmed leaf with its role in the conclusion: root_cause | follows | also_found."""
+    return ([("root_cause", j) for j in found.primary] + [("follows", j) for j in found.follows]
+            + [("also_found", j) for j in found.also_found])
+
+
+def result(found: Attribution, suspected: list[Suspected], text: str, pipeline: int,
+           stopped: dict[str, Any] | None) -> dict[str, Any]:
+    """The conclusion as the state keeps it, the report reads it and the faces receive it."""
+    if found.also_found:
+        text += " Also found on the hosts, not the cause of this incident: " + "; ".join(
+            f"{j.label} ({found.links[j.label]})" for j in found.also_found) + "."
+    out: dict[str, Any] = {
+        "resolved": bool(found.primary), "pipeline": pipeline,
+        "root_causes": [j.model_dump(mode="json") for j in found.primary],
+        "follows": [j.model_dump(mode="json") for j in found.follows],
+        "also_found": [j.model_dump(mode="json") for j in found.also_found], "links": found.links,
+        "levels": found.levels, "claims": found.claims,
+        "suspected": [s.model_dump(mode="json") for s in suspected], "explanation": text}
+    if stopped:
+        out["stopped"] = dict(stopped)
+    return out
+
+
+def audit_event(result: dict[str, Any]) -> dict[str, Any]:
+    """The audit log's line for a conclusion: what was claimed, at which level, and what else was found."""
+    def labels(key: str) -> list[str]:
+        return [j["label"] for j in result[key]]
+
+    return {"event": "conclusion", "resolved": result["resolved"], "pipeline": result["pipeline"],
+            "root_causes": labels("root_causes"), "levels": result["levels"], "follows": labels("follows"),
+            "also_found": labels("also_found"), "suspected": labels("suspected"),
+            "stopped": result.get("stopped") or None}

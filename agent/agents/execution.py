@@ -8,6 +8,10 @@ the same: no 150-second DCGM diag for a GPU whose ECC counters already show the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from agent.checks.manifest import Manifest
 from agent.checks.runner import CheckRunner
 from agent.evidence import assess
 from agent.models import CheckResult, Verdict
@@ -37,3 +41,30 @@ def run_checks(runner: CheckRunner, check_ids: list[str]) -> list[CheckResult]:
     """Every host that can be checked, in parallel; a (host, check) already run in this incident comes from the
     cache. A host that cannot be checked was reported once, after the inventory, not once per check."""
     return runner.run(check_ids, hosts=runner.checkable()) if check_ids else []
+
+
+def decide(manifest: Manifest, policy: str, operator: str, audit: Callable[[dict[str, Any]], None],
+           approvals: dict[str, bool], approvers: dict[str, str], node: str, checks: list[str], purpose: str,
+           ) -> tuple[dict[str, bool], dict[str, str]]:
+    """(approvals, approvers) with `checks` decided: by the operator (one LangGraph interrupt, saying what the answer
+    would change) under the policy ask, else by the policy; each decision written to the audit log once."""
+    undecided = [c for c in dict.fromkeys(checks) if c not in approvals]
+    if not undecided:
+        return approvals, approvers
+    if policy == "ask":
+        from langgraph.types import interrupt
+
+        answer = interrupt({"kind": "approval", "node": node, "purpose": purpose, "checks": [
+            {"id": s.id, "tier": s.tier, "description": s.description, "expected_cost_s": s.expected_cost_s}
+            for s in map(manifest.get, undecided)]})
+        answer = answer if isinstance(answer, dict) else {}
+        who, via = str(answer.get("approved_by") or operator or "unknown"), "operator"
+        approvals.update({c: answer.get(c) is True for c in undecided})
+    else:
+        who, via = operator or "unknown", f"policy {policy}"
+        approvals.update({c: policy == "all" for c in undecided})
+    for check in undecided:
+        approvers[check] = who
+        audit({"event": "approval", "node": node, "check": check, "tier": manifest.get(check).tier,
+               "approved": approvals[check], "by": who, "via": via})
+    return approvals, approvers

@@ -173,31 +173,10 @@ class DiagnosisGraph:
 
     def _decide(self, state: DiagnosisState, node: str, checks: list[str], purpose: str,
                 ) -> tuple[dict[str, bool], dict[str, str]]:
-        """(approvals, approvers) with `checks` decided: by the operator (one interrupt, saying what the answer would
-        change) under the policy ask, else by the policy; each decision written to the audit log once."""
-        approvals = dict(state.get("approvals", {}))
-        approvers = dict(state.get("approved_by", {}))
-        undecided = [c for c in dict.fromkeys(checks) if c not in approvals]
-        if not undecided:
-            return approvals, approvers
-        manifest = self.t.runner.manifest
-        if self.t.approval == "ask":
-            from langgraph.types import interrupt
-
-            answer = interrupt({"kind": "approval", "node": node, "purpose": purpose, "checks": [
-                {"id": s.id, "tier": s.tier, "description": s.description, "expected_cost_s": s.expected_cost_s}
-                for s in map(manifest.get, undecided)]})
-            answer = answer if isinstance(answer, dict) else {}
-            who, via = str(answer.get("approved_by") or self.t.operator or "unknown"), "operator"
-            approvals.update({c: answer.get(c) is True for c in undecided})
-        else:
-            who, via = self.t.operator or "unknown", f"policy {self.t.approval}"
-            approvals.update({c: self.t.approval == "all" for c in undecided})
-        for check in undecided:
-            approvers[check] = who
-            self.t.audit({"event": "approval", "node": node, "check": check, "tier": manifest.get(check).tier,
-                          "approved": approvals[check], "by": who, "via": via})
-        return approvals, approvers
+        """(approvals, approvers) with `checks` decided (agents/execution.py)."""
+        return execution.decide(self.t.runner.manifest, self.t.approval, self.t.operator, self.t.audit,
+                                dict(state.get("approvals", {})), dict(state.get("approved_by", {})), node, checks,
+                                purpose)
 
     def _run(self, label: str, checks: list[str]) -> list[CheckResult]:
         if not checks or self._stop:
@@ -338,13 +317,10 @@ class DiagnosisGraph:
             path.append({"pipeline": 1, "node": "ROOT", "action": "continue",
                          "detail": "not explained: " + ", ".join(left[:5])})
             confirmed = []
-        merged = {**state, **update, "judgements": [j.model_dump(mode="json") for j in judgements]}
-        tied = self._tied(merged)  # type: ignore[arg-type]
-        read_like = {j.label for j in confirmed} & set(self._likeliest(merged))  # type: ignore[arg-type]
-        if confirmed and not tied and not read_like:
-            # what history pointed at is on the hosts, but nothing ties it to this incident and the incident does
-            # not read like it: an old problem the hosts carry, most likely; search on. (One it reads like ends the
-            # search as the walk's own follow_reading would; the claim model then says how probable it is.)
+        merged: Any = {**state, **update, "judgements": [j.model_dump(mode="json") for j in judgements]}
+        if confirmed and not self._tied(merged) and not {j.label for j in confirmed} & set(self._likeliest(merged)):
+            # on the hosts, but nothing ties it to this incident and the incident does not read like it: most likely
+            # an old problem the hosts carry; search on (one it reads like ends the search, as follow_reading would)
             path.append({"pipeline": 1, "node": "ROOT", "action": "continue",
                          "detail": "confirmed, but nothing ties it to this incident: " + ", ".join(
                              j.label for j in confirmed)})
@@ -508,10 +484,8 @@ class DiagnosisGraph:
         return attribute(self.t.taxonomy, self._summary(state), confirmed, judgements, self._reading(state), hosts)
 
     def _tied(self, state: DiagnosisState) -> list[LeafJudgement]:
-        """The causes the incident's own lines, devices or time tie (level confirmed). The walk's decisions (stop
-        after history, follow the reading, corroborate) rest on these alone, never on a probable claim's score: a
-        probable cause does not end the search for a tied one, and the checks a run makes do not depend on the
-        claim model's weights."""
+        """The causes the incident's own lines, devices or time tie (level confirmed). The walk's decisions rest on
+        these alone, never on a claim's score: the checks a run makes do not depend on the claim model's weights."""
         found = self._attribute(state)
         return [j for j in found.primary if found.levels.get(j.label) == "confirmed"]
 
@@ -540,35 +514,19 @@ class DiagnosisGraph:
                 suspected = conclusion.suspected(self.t.taxonomy, load_judgements(state), load_results(state),
                                                  self._reading(state))
                 text += conclusion.suspected_sentence(suspected)
-        if found.also_found:
-            text += " Also found on the hosts, not the cause of this incident: " + "; ".join(
-                f"{j.label} ({found.links[j.label]})" for j in found.also_found) + "."
         # the pipeline that first confirmed the primary cause (after the user's feedback, pipeline 2 counts as 3)
         pipeline = next((step["pipeline"] for step in state.get("path", []) if ordered
                          and step["node"] == ordered[0].label and step["action"] == "confirmed"), 0)
         if pipeline == 2 and state.get("feedback"):
             pipeline = 3
-        result = {"resolved": bool(ordered), "pipeline": pipeline,
-                  "root_causes": [j.model_dump(mode="json") for j in ordered],
-                  "follows": [j.model_dump(mode="json") for j in found.follows],
-                  "also_found": [j.model_dump(mode="json") for j in found.also_found], "links": found.links,
-                  "levels": found.levels, "claims": found.claims,
-                  "suspected": [s.model_dump(mode="json") for s in suspected], "explanation": text}
-        if stopped:
-            result["stopped"] = dict(stopped)
-        causes = ([("root_cause", j) for j in ordered] + [("follows", j) for j in found.follows]
-                  + [("also_found", j) for j in found.also_found])
+        result = conclusion.result(found, suspected, text, pipeline, stopped)
+        causes = conclusion.roles(found)
         if causes and self.t.preserve is not None:  # before anyone reads the conclusion and acts on it
             bundle = self.t.preserve(state, causes)
             if bundle is not None:
                 result["evidence_bundle"] = bundle
         self.t.emit({"type": "conclusion", **result})
-        self.t.audit({"event": "conclusion", "resolved": result["resolved"], "pipeline": pipeline,
-                      "root_causes": [j.label for j in ordered], "levels": found.levels,
-                      "follows": [j.label for j in found.follows],
-                      "also_found": [j.label for j in found.also_found],
-                      "suspected": [s.label for s in suspected], "stopped": stopped or None,
-                      "spent": dict(state.get("spent", {}))})
+        self.t.audit({**conclusion.audit_event(result), "spent": dict(state.get("spent", {}))})
         return {"conclusion": result, "pipeline": pipeline}
 
     # ---- routing ------------------------------------------------------------------------------------------
