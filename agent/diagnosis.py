@@ -325,9 +325,13 @@ def mapping_path(options: DiagnoseOptions, run_id: str) -> Path:
     return runs_dir(options) / f"{run_id}.redaction.json"
 
 
-def run_ticket(report: Report, options: DiagnoseOptions) -> dict[str, Any]:
+def run_ticket(report: Report, options: DiagnoseOptions, own_hosts: bool = False) -> dict[str, Any]:
     """The run's redacted ticket, with the placeholders the LLM saw (the run's mapping); values first seen in the
-    ticket join the mapping, so the local report can restore them too."""
+    ticket join the mapping, so the local report can restore them too.
+
+    OWN_HOSTS: the reader owns the hosts the run checked (the provider's on-call page for its own nodes): their names
+    stay, since the action "reset GPU3 on <host-1>" is useless to the one who must do it. Secrets and every other
+    name stay redacted."""
     from agent.ticket import ticket_data
     from agent.verify import load_rounds
 
@@ -340,6 +344,8 @@ def run_ticket(report: Report, options: DiagnoseOptions) -> dict[str, Any]:
     data = ticket_data(report, redactor=redactor, verifications=rounds)
     if options.checkpoint:
         redactor.save(path)
+    if own_hosts:
+        data = redactor.restore_names(data, [*report.hosts, *(e.hostname for e in report.inventory if e.hostname)])
     return data
 
 

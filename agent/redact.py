@@ -98,6 +98,16 @@ _SECRETS: list[tuple[str, re.Pattern[str], tuple[str, ...]]] = [
     ("secret", re.compile(r"(?P<keep>\b[a-zA-Z][\w+.-]*://[^/\s:@]*:)[^@\s/]+(?=@)"), ("://",)),
     ("secret", re.compile(r"(?P<keep>(?<!\S)(?:-u|--user)\s+['\"]?[^\s:'\"]*['\"]?:['\"]?)[^\s'\"]+"),
      ("-u", "--user")),
+    # curl -u "KEY:" (an API key sent as the user name with an empty password: Stripe, Mailgun, Jira tokens)
+    ("secret", re.compile(r"(?P<keep>(?<!\S)(?:-u|--user)\s+['\"]?)[^\s:'\"]{4,}(?=:['\"]?(?:\s|$))"),
+     ("-u", "--user")),
+    # ODBC / ADO connection strings: Pwd=...; or Password={...} (braces may hold ';')
+    ("secret", re.compile(r"(?i)(?P<keep>(?:^|[;\s\"'])(?:pwd|password)\s*=\s*)(?:\{(?:[^}\n]|\}\})*\}|[^;\s\"'{]+)"),
+     ("pwd", "password")),
+    # a key in a build-config field: buildConfigField "String", "API_KEY", "\"value\"" (Gradle), resValue the same
+    ("secret", re.compile(r"(?i)\b(?:buildConfigField|resValue)\s*\(?\s*\"[^\"\n]*\"\s*,\s*\"[^\"\n]*"
+                          r"(?:key|token|secret|passw|pwd|credential)[^\"\n]*\"\s*,\s*\"(?:\\\")?(?P<v>[^\"\\\n]{4,})"),
+     ("buildconfigfield", "resvalue")),
     ("secret", re.compile(r"(?i)(?P<keep>\bNetworkCredential\(\s*\"[^\"]*\",\s*\")[^\"]+"), ("networkcredential",)),
     ("secret", re.compile(r"(?i)(?P<keep>\bkey=\"[^\"]*(?:password|passwd|pwd|secret|token|apikey|api_key)[^\"]*\"\s+"
                           r"value=\")[^\"]+"), ("value=",)),
@@ -109,6 +119,9 @@ _SECRETS: list[tuple[str, re.Pattern[str], tuple[str, ...]]] = [
                           r"digest|negotiate|sso-key|apikey|key|ssws)\s+)?)[\w.~+/:=-]{8,}"), ("authorization",)),
     ("secret", re.compile(r"(?i)(?P<keep>\b(?:bearer|basic|token|api-token|ssws)(?::\s*|\s+))(?=[\w.~+/-]*[\d=])"
                           r"[\w.~+/-]{12,}=*"), ("bearer", "basic", "token", "api-token", "ssws")),
+    # an Api-Token header names its value a token whatever it looks like (no digit needed, unlike "Token x")
+    ("secret", re.compile(r"(?i)(?P<keep>\b(?:x-)?api-?token[\"']?(?::\s*|\s+)[\"']?)(?!<)[\w.~+/-]{8,}=*"),
+     ("api-token", "apitoken")),
     ("secret", re.compile(r"(?i)(?P<keep>\b(?:set-)?cookie:[ \t]*)[^\n]*[^\s]"), ("cookie:",)),
     # command-line flags: --password X, --token X, mysql -pX, docker login -u U -p X
     ("secret", re.compile(r"(?i)(?P<keep>(?<!\S)--?(?:password|passwd|passphrase|pass|token|api-key|apikey|secret|"
@@ -170,8 +183,32 @@ _IPV4 = re.compile(r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25
 _IPV6 = re.compile(r"(?<![\w:])(?:[0-9A-Fa-f]{1,4}:){7}[0-9A-Fa-f]{1,4}(?![\w:])"
                    r"|(?<![\w:])(?:[0-9A-Fa-f]{1,4}:){1,6}:(?:[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{1,4}){0,5})?(?![\w:.])"
                    r"|(?<![\w:])::(?:[0-9A-Fa-f]{1,4}:){0,5}[0-9A-Fa-f]{1,4}(?![\w:.])")
+# NCCL names an address by its interface ("Using eth0:fe80::1ff:fe23:4567:890a%eth0<0>", "[0]ib0:2001:db8::7<0>"):
+# the ":" before it hides it from _IPV6's boundary; the interface and the link-local zone (%eth0) stay
+_IPV6_IFACE = re.compile(r"(?<![\w:.-])(?P<keep>[A-Za-z][\w.-]{0,14}:)(?P<ip>(?:[0-9A-Fa-f]{1,4}:){7}[0-9A-Fa-f]{1,4}"
+                         r"|(?:[0-9A-Fa-f]{1,4}:){1,6}:(?:[0-9A-Fa-f]{1,4}(?::[0-9A-Fa-f]{1,4}){0,5})?"
+                         r"|::(?:[0-9A-Fa-f]{1,4}:){0,5}[0-9A-Fa-f]{1,4})(?![\w:.])")
 _FQDN = re.compile(r"(?i)\b(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+(?:com|net|org|io|ai|cloud|dev|internal|local|"
                    r"lan|corp|cluster|svc|intra|azure|amazonaws|googleapis|cn|de|uk|fr|jp)\b")
+# public names a reader needs (code hosting, package indexes, vendors' and projects' documentation): a URL to
+# github.com/tensorflow/... names a project, not the customer. Cloud endpoints whose sub-domain is the customer's
+# (bucket.s3.amazonaws.com, acct.blob.core.windows.net) are not here.
+PUBLIC_DOMAINS = frozenset({
+    "github.com", "githubusercontent.com", "github.io", "gitlab.com", "bitbucket.org", "sourceforge.net",
+    "pypi.org", "pythonhosted.org", "python.org", "anaconda.org", "anaconda.com", "conda.io", "conda-forge.org",
+    "pytorch.org", "tensorflow.org", "jax.dev", "nvidia.com", "nvcr.io", "mellanox.com", "docker.com", "docker.io",
+    "quay.io", "kubernetes.io", "k8s.io", "readthedocs.io", "readthedocs.org", "stackoverflow.com",
+    "kernel.org", "ubuntu.com", "debian.org", "redhat.com", "rockylinux.org", "schedmd.com", "open-mpi.org",
+    "openucx.org", "apache.org", "microsoft.com", "google.com", "arxiv.org", "wikipedia.org", "deepspeed.ai",
+    "ray.io", "huggingface.co", "hf.co"})
+
+
+def is_public_host(name: str) -> bool:
+    """A well-known public domain or a name under one (docs.nvidia.com, files.pythonhosted.org)."""
+    name = name.lower().rstrip(".")
+    return any(name == d or name.endswith("." + d) for d in PUBLIC_DOMAINS)
+
+
 # host names the way clusters name nodes (gpu-a17, node-12, worker3, ip-10-0-0-7) when written as such
 # (a hyphen is required: gpu0 / GPU5 are devices; GPU UUIDs stay for the provider; "<" skips placeholders)
 _NODE_NAME = re.compile(r"(?i)(?<![<\w-])(?!gpu-[0-9a-f]{8}-)(?:ip-\d+-\d+-\d+-\d+|"
@@ -194,6 +231,8 @@ _NAMED_HOSTS: list[tuple[re.Pattern[str], re.Pattern[str]]] = [  # (gate, patter
     (re.compile("ssh|scp|rsync|sftp|mosh|pdsh"),
      re.compile(r"\b(?:ssh|scp|rsync|sftp|mosh|pdsh)\b[^\n]*?[\s'\"][\w.-]+@(?P<ssh>[A-Za-z0-9][\w-]*)(?=[\s:'\"]|$)"
                 r"|\bssh\b[^\n|;&]*?\s(?P<sshhost>" + _NODE + r")(?=[\s'\"]|$)")),
+    # nccl-tests: "#  Rank  0 Group  0 Pid 895544 on     h100-2 device  0 [0002:00:01] NVIDIA H100 80GB HBM3"
+    (re.compile("pid"), re.compile(r"\bPid\s+\d+\s+on\s+(?P<nccltests>" + _HOSTNAME + r")\s+device\s+\d")),
     # Slurm: "srun: error: h100-2: task 5: ...", "*** JOB 12 ON h100-2 CANCELLED ..."
     (re.compile("srun|slurm| on "), re.compile(r"\berror: (?P<srun>" + _HOSTNAME + r"): tasks? \d"
                                                 r"|\*\*\* (?:JOB|STEP) \S+ ON (?P<slurm>" + _HOSTNAME + r") ")),
@@ -415,7 +454,10 @@ class Redactor:
         names = sorted(set(names), key=len, reverse=True)
         if not names:
             return value
-        pattern = re.compile(r"(?<![<\w-])(?:" + "|".join(map(re.escape, names)) + r")(?![\w-])")
+        # host names are case-insensitive (DNS): a node printed "H100-Node-B7" in one line and "h100-node-b7" in the
+        # next is one host; user names are not
+        flags = re.IGNORECASE if kind == "host" else 0
+        pattern = re.compile(r"(?<![<\w-])(?:" + "|".join(map(re.escape, names)) + r")(?![\w-])", flags)
         return pattern.sub(lambda m: self._placeholder(kind, m.group(0)), value)
 
     # ---- the passes ------------------------------------------------------------------------------------------
@@ -471,7 +513,9 @@ class Redactor:
         value = self._words([*self.hostnames, *log_hosts], "host", value)
         value = _IPV4.sub(self._found("ip"), value)
         value = _IPV6.sub(self._found("ip"), value)
-        value = _FQDN.sub(self._found("host"), value)
+        if ":" in value:
+            value = _IPV6_IFACE.sub(lambda m: m.group("keep") + self._placeholder("ip", m.group("ip")), value)
+        value = _FQDN.sub(self._public_or("host"), value)
         return _NODE_NAME.sub(self._found("host"), value)
 
     def _at_signs(self, line: str) -> str:
@@ -486,6 +530,11 @@ class Redactor:
         xid_scan:xid_48@GPU3, github.com in /go/src/github.com/...)."""
         return lambda m: m.group(0) if _inside_evidence(m.string, m.start(), m.end()) else \
             self._placeholder(kind, m.group(0))
+
+    def _public_or(self, kind: str) -> Callable[[re.Match[str]], str]:
+        """_found, except for a well-known public name (github.com, docs.nvidia.com), which stays."""
+        found = self._found(kind)
+        return lambda m: m.group(0) if is_public_host(m.group(0)) else found(m)
 
     def _values(self, found: Iterable[str], value: str) -> str:
         """Replace secret values that are not plain words (they may hold quotes, '@', '/', '+')."""
@@ -505,6 +554,16 @@ class Redactor:
 
     def restore_data(self, value: Any) -> Any:
         return _walk(value, self.restore)
+
+    def restore_names(self, value: Any, names: Iterable[str]) -> Any:
+        """Only the placeholders of `names` (case-insensitive) back to their values, in text or JSON-like data: the
+        provider's own node names on the provider's own page; every other placeholder (secrets, the customer's
+        names) stays."""
+        wanted = {n.lower() for n in names if n}
+        keep = {p: v for p, v in self.originals.items() if v.lower() in wanted and p.startswith("<host-")}
+        if not keep:
+            return value
+        return _walk(value, lambda text: _PLACEHOLDER.sub(lambda m: keep.get(m.group(0), m.group(0)), text))
 
     # ---- the local mapping file ---------------------------------------------------------------------------
     def save(self, path: Path) -> Path:

@@ -126,6 +126,12 @@ def test_run_streams_events_and_gives_report_and_ticket(config: ServerConfig, ec
 
         ticket = client.http.get(f"/api/runs/{run_id}/ticket").json()
         assert ticket["status"] == "resolved" and ticket["root_causes"][0]["label"] == ECC
+        # the page is the on-call engineer's, for the nodes this server targets: their names stay there; what is
+        # posted out (the webhook) names them by placeholders
+        assert ticket["hosts"] and not any(h.startswith("<host-") for h in ticket["hosts"])
+        posted = client.http.get(f"/api/runs/{run_id}/ticket", params={"channel": "webhook"}).json()
+        assert posted["hosts"] and all(h.startswith("<host-") for h in posted["hosts"])
+        assert ticket["hosts"][0] not in str(posted)
         md = client.http.get(f"/api/runs/{run_id}/ticket", params={"format": "md"})
         assert md.headers["content-type"].startswith("text/markdown") and ECC in md.text
         listed = client.http.get("/api/runs").json()["runs"]

@@ -198,8 +198,31 @@ def test_xid_45_is_churn_after_another_xid_and_never_a_failure(fake: FakeTools) 
                               *[(-59.0 + k, xid(45, "Ch 00000010")) for k in range(40)]]))
     assert after[("xid_45", "0000:3b:00")]["severity"] == "INFO"
     assert "churn after Xid 79" in after[("xid_45", "0000:3b:00")]["message"]
-    said = scan(fake, [(-60.0, xid(45, "Preemptive Channel Removal caused by previous Xid 31"))])
-    assert said["verdict"] == "PASS" and "churn after an earlier Xid" in said["findings"][0]["message"]
+    vague = scan(fake, [(-60.0, xid(45, "Preemptive Channel Removal caused by a previous error"))])
+    assert vague["verdict"] == "PASS" and "churn after an earlier Xid" in vague["findings"][0]["message"]
+    # a line that names its cause: the Xid 45 is still churn, and the cause it names is the event (its own line
+    # may be missing from the log), judged as that Xid
+    said = found(scan(fake, [(-60.0, xid(45, "Preemptive Channel Removal caused by previous Xid 31"))]))
+    assert said[("xid_45", "0000:3b:00")]["severity"] == "INFO"
+    assert "churn after Xid 31" in said[("xid_45", "0000:3b:00")]["message"]
+    assert said[("xid_31", "0000:3b:00")]["severity"] == "WARN"
+    assert "named as its cause by an Xid 45 line" in said[("xid_31", "0000:3b:00")]["message"]
+
+
+def test_xid_45_naming_nvlink_xids_is_the_nvlink_error(fake: FakeTools) -> None:
+    # the wording of drivers that name the NVLink5 Xids an Xid 45 cleans up after; their own lines were not captured
+    result = scan(fake, [(-60.0, xid(45, "Ch 00000008, Preemptive Cleanup caused by NVLink Xids 145/149"))])
+    assert result["verdict"] == "FAIL"
+    got = found(result)
+    for code in (145, 149):
+        assert got[(f"xid_{code}", "0000:3b:00")]["severity"] == "FAIL"
+        assert got[(f"xid_{code}", "0000:3b:00")]["action"] == "reset the GPU at 0000:3b:00"
+    assert got[("xid_45", "0000:3b:00")]["severity"] == "INFO"
+    # the cause's own line in the log: one event per code, not two
+    both = scan(fake, [(-61.0, xid(145, "RLW_REMAP Fatal XC0 i0 Link 00 (0x00000004 0x00000000 0x00000000 0x00000000 "
+                                        "0x00000000 0x00000000 0x00000000)")),
+                       (-60.0, xid(45, "Ch 00000008, caused by Xid 145"))])
+    assert both["metrics"]["xid_counts"]["145"] == 1
     solo = scan(fake, [(-60.0, xid(45, "Ch 00000010"))])
     assert solo["verdict"] == "PASS" and "solo" in solo["findings"][0]["message"]
 
@@ -254,6 +277,24 @@ def test_sxid_severity_from_the_line_the_data_line_or_the_catalogue(fake: FakeTo
     assert result[("sxid_nonfatal", "nvidia-nvswitch3 (0000:c1:00)")]["severity"] == "INFO"
     assert result[("sxid_fatal", "nvidia-nvswitch1 (0000:c5:00)")]["severity"] == "FAIL"  # Severity 1 = fatal
     assert result[("sxid_fatal", "nvidia-nvswitch2 (0000:c7:00)")]["action"]
+
+
+def test_a_non_fatal_sxid_with_an_nvidia_action_warns_and_never_fails(fake: FakeTools) -> None:
+    # 12028: NVIDIA says restart the guest VM (its NVLink traffic stalls), the driver says it recovered
+    result = scan(fake, [(-60.0, "nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress "
+                                 "non-posted PRIV error (First)")])
+    assert result["verdict"] == "WARN"
+    (finding,) = result["findings"]
+    assert finding["id"] == "sxid_nonfatal" and finding["action"] == "reboot the node"
+    assert "Non-fatal" in finding["message"] and "Restart Guest VM" in finding["message"]
+
+
+@pytest.mark.parametrize("line", ["NVRM: GPU 18:00.0: GPU has fallen off the bus.",
+                                  "NVRM: GPU at 18:00.0 has fallen off the bus."])
+def test_fallen_off_the_bus_without_a_pci_domain_names_the_gpu(fake: FakeTools, line: str) -> None:
+    result = scan(fake, [(-60.0, line)])
+    assert ("xid_79", "0000:18:00") in found(result), result["findings"]
+    assert scan(fake, [(-60.0, "NVRM: GPU 18:00: GPU has fallen off the bus.")])["findings"][0]["entity"] == "a GPU"
 
 
 # ---- the reasoners ----------------------------------------------------------------------------------------------

@@ -38,6 +38,9 @@ PROFILE_KEYS = ("name", "gpu_count", "gpu_name", "pci_device_id", "memory_mib", 
                 "p2p_gbps", "nccl_intranode_busbw", "nccl_internode_busbw", "ib_write_bw_gbps", "gemm_tflops",
                 "straggler_ratio")
 DEFAULT_PROFILE = dict((key, None) for key in PROFILE_KEYS)
+# terminal escapes (colour, underline) are never data: driver 580's `nvidia-smi topo -m` underlines its header even
+# when stdout is a pipe, and a parser looking for "GPU0" at a line's start must not see "\x1b[4mGPU0"
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 # what a tool prints when it cannot run on this host or may not look: it says nothing about the host itself
 REFUSAL_RE = re.compile("|".join([
     r"System has not been booted with systemd", r"Failed to connect to bus", r"Can't operate",
@@ -205,8 +208,8 @@ class Check(object):
             return Cmd(argv, 124, out, "", timed_out=True, seconds=time.time() - start)
         except OSError as exc:
             return Cmd(argv, 126, "", str(exc), missing=True, seconds=time.time() - start)
-        out = proc.stdout.decode("utf-8", "replace")
-        err = proc.stderr.decode("utf-8", "replace")
+        out = strip_ansi(proc.stdout.decode("utf-8", "replace"))
+        err = strip_ansi(proc.stderr.decode("utf-8", "replace"))
         if proc.returncode == 127 and "not found" in err:
             # a wrapper or shell said the command does not exist on this host
             return Cmd(argv, 127, out, err, missing=True, seconds=time.time() - start)
@@ -348,6 +351,10 @@ def _read_params():
 
 
 # ---- parsing helpers --------------------------------------------------------------------
+def strip_ansi(text):
+    return ANSI_RE.sub("", text) if "\x1b" in text else text
+
+
 def first_line(text):
     for line in (text or "").splitlines():
         if line.strip():

@@ -56,8 +56,11 @@ SXID_RE = re.compile(r"(nvidia-nvswitch\d*): SXid \((?:PCI:)?([0-9a-fA-F:.]+)\):
 # / the multi-line "NVRM: The NVIDIA GPU 0000:b3:00.0 / NVRM: (PCI ID: 10de:26b5) installed in this system has /
 # NVRM: fallen off the bus and is not responding to commands."
 FALLEN_RE = re.compile(r"NVRM: .*fallen off the bus", re.IGNORECASE)
-THE_GPU_RE = re.compile(r"NVRM: (?:The NVIDIA GPU|GPU at(?: PCI:)?|GPU) ([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
-                        r"(?:\.[0-7])?)")
+# a PCI address with its domain ("0000:18:00[.0]"), or without one when the function is printed ("18:00.0": some
+# drivers and kernels drop the domain; a bare "18:00" could be a time, so the function is required then)
+BDF = (r"(?:[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
+       r"|(?<![0-9a-fA-F:])[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])")
+THE_GPU_RE = re.compile(r"NVRM: (?:The NVIDIA GPU|GPU at(?: PCI:)?|GPU) (" + BDF + r")")
 GPU_LOST_RE = re.compile(r"NVRM: .*\bGPU (?:is )?lost\b", re.IGNORECASE)
 # "NVRM: GPU 0000:01:00.0: RmInitAdapter failed! (0x62:0xffff:1863)", "NVRM: rm_init_adapter(0) failed"
 RM_INIT_RE = re.compile(r"NVRM: .*(?:RmInitAdapter failed|rm_init_adapter(?:\(\d+\))? failed)", re.IGNORECASE)
@@ -69,7 +72,7 @@ GSP_RE = re.compile(r"NVRM: .*(?:GSP.{0,60}time(?:d)? ?out|time(?:d)? ?out.{0,60
 ECC_DBE_RE = re.compile(r"NVRM: .*(?:double[- ]bit|\bDBE\b|uncorrectable).{0,60}\bECC\b|NVRM: .*\bECC\b.{0,60}"
                         r"(?:double[- ]bit|\bDBE\b|uncorrectable)", re.IGNORECASE)
 ROW_REMAP_RE = re.compile(r"NVRM: .*row[- ]remap\w*.{0,60}?(fail\w*|pending)", re.IGNORECASE)
-BUS_IN_LINE_RE = re.compile(r"\b([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)\b")
+BUS_IN_LINE_RE = re.compile(r"\b(" + BDF + r")\b")
 NONFATAL_RE = re.compile(r"\bNon-?fatal\b", re.IGNORECASE)
 FATAL_RE = re.compile(r"\bFatal\b|\bHALT", re.IGNORECASE)
 # an SXid's data line states the severity as the driver's enum: NVSWITCH_ERROR_SEVERITY_NONFATAL = 0, _FATAL = 1
@@ -77,6 +80,11 @@ FATAL_RE = re.compile(r"\bFatal\b|\bHALT", re.IGNORECASE)
 SEVERITY_NUM_RE = re.compile(r"\bSeverity ([01])\b")
 # Xid 45's text on recent drivers names the Xid that caused it
 CAUSED_BY_RE = re.compile(r"(?:caused by|due to|after) (?:a )?(?:previous|earlier|prior) (?:Xid|error)", re.IGNORECASE)
+# ... and on some, the codes themselves ("caused by Xid 145, 149", "due to NVLink Xids 145/149"): the Xid 45 is then
+# that error's cleanup, and the error it names is the event, even when its own line is not in the log
+CAUSE_CODES_RE = re.compile(r"(?:caused by|due to|after|following)\s+(?:(?:an?|the)\s+)?"
+                            r"(?:(?:previous|earlier|prior)\s+)?(?:NVLink\s+)?Xids?\s*[:#(]?\s*(\d{1,3}(?:\s*(?:,|/|and|&|or)\s*\d{1,3})*)",
+                            re.IGNORECASE)
 NVLINK5 = range(144, 151)
 
 
@@ -108,6 +116,8 @@ def parse_events(lines):
             word = severity_word(int(code), detail) if int(code) in NVLINK5 else None
             events.append(_event("XID", int(code), checklib_gpu.norm_bdf(bus), stamp, text, detail,
                                  (pid or "").strip("' "), (name or "").strip(), "xid", word))
+            if int(code) == 45:
+                events.extend(named_causes(events[-1]))
             continue
         match = SXID_RE.search(text)
         if match:
@@ -141,6 +151,17 @@ def parse_events(lines):
     return _merge_wordings(events)
 
 
+def named_causes(event):
+    """The Xids an Xid 45 line says caused it, as events of their own on its GPU ('named_by_xid45': the line of the
+    cause itself may be missing, and the cause is what the node needs acting on)."""
+    match = CAUSE_CODES_RE.search(event["detail"])
+    if not match:
+        return []
+    codes = sorted(set(int(c) for c in re.findall(r"\d+", match.group(1))) - {45})
+    return [_event("XID", code, event["bus"], event["stamp"], event["raw"], "named by an Xid 45 line as its cause",
+                   wording="named_by_xid45") for code in codes]
+
+
 def _bus_in(text):
     match = BUS_IN_LINE_RE.search(text.split("NVRM:", 1)[-1])
     return checklib_gpu.norm_bdf(match.group(1)) if match else ""
@@ -158,6 +179,9 @@ def _merge_wordings(events):
             if (event["code"], event["bus"]) in explicit or (not event["bus"] and event["code"] in explicit_codes):
                 continue
             last = kept[-1] if kept else None
+            if event["wording"] == "named_by_xid45":  # one event per code the line names
+                kept.append(event)
+                continue
             if last and last["wording"] == event["wording"] and last["bus"] == event["bus"] \
                     and (last["stamp"] is None or event["stamp"] is None or abs(event["stamp"] - last["stamp"]) < 5):
                 last["raw"] += "\n" + event["raw"]

@@ -69,6 +69,8 @@ def body(check):
         judge(check, links, expected, speed)
         counters(check)
         return
+    if smi.ok and not smi.out.strip():
+        one_gpu(check, expected)
     dcgm = check.run(["dcgmi", "nvlink", "-s"])
     states = parse_dcgmi(dcgm.out)
     if not states:
@@ -77,6 +79,26 @@ def body(check):
     check.metrics["source"] = "dcgmi"
     judge(check, {gpu: ([speed or 1.0] * s.count("U") + [None] * s.count("D")) if "U" in s or "D" in s else "inactive"
                   for gpu, s in states.items()}, expected, speed, states)
+
+
+def one_gpu(check, expected):
+    """`nvlink -s` printed nothing and exited 0. On a host with one GPU that is the answer, not a failed command:
+    the GPU has no NVLink peer here (a 1-GPU VM, a PCIe card). With several GPUs it says nothing, so the caller goes
+    on to dcgmi."""
+    cmd = check.run(["nvidia-smi", "--query-gpu=index,pci.bus_id", "--format=csv,noheader"])
+    gpus = checklib.parse_query_csv(cmd.out, ["index", "pci.bus_id"]) if cmd.ok else []
+    if len(gpus) != 1:
+        return
+    who = "GPU%s" % gpus[0]["index"]
+    check.targets = [who]
+    check.metrics.update({"gpus": 1, "active_links": {who: 0}})
+    if expected:
+        # a profile that still expects links on one GPU (a --profile override): the links are not visible, and
+        # with no peer nothing can be said about them
+        check.unknown("no NVLink peer on this one-GPU host (%s): nvidia-smi nvlink -s lists no link; the profile "
+                      "expects %d links per GPU" % (who, expected))
+    check.info("nvlink_no_peer", who, "one GPU on this host (%s): no NVLink peer, nothing to check" % who)
+    check.finish("no NVLink peer on this one-GPU host (%s): nothing to check" % who)
 
 
 def judge(check, links, expected, speed, dcgm_states=None):

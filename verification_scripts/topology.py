@@ -16,7 +16,7 @@ LEGEND_RE = re.compile(r"^\s*(NIC\d+):\s*(\S+)")
 def parse_topo(text):
     """(column names, {row name: {column: cell}}, {NICn: mlx5_n}) of a topo -m matrix (tabs or spaces)."""
     columns, rows, legend = None, {}, {}
-    for line in text.splitlines():
+    for line in checklib.strip_ansi(text).splitlines():
         match = LEGEND_RE.match(line)
         if match:
             legend[match.group(1)] = match.group(2)

@@ -121,7 +121,11 @@ def classify(catalog, key, group, everything, current, at):
         if entry is None:
             decision["notes"].append("not in the SXid catalogue")
         if word == "nonfatal":
-            action = "none"
+            # the switch recovered: never a failure, but NVIDIA's action for the code stands (12028: restart the
+            # guest VM, its traffic stalls); report() makes a node-level action on a non-fatal SXid a WARN
+            decision["nonfatal"] = True
+            decision["notes"].append("the driver marked it Non-fatal")
+            action = action or "none"
         elif word == "fatal" and action in ("", "none"):
             action = "reboot"  # the Fabric Manager guide: a fatal SXid needs the GPUs and NVSwitches reset
         elif word is None:
@@ -204,7 +208,9 @@ def report(check, decided):
         times = "" if d["lines"] == 1 else " x%d" % d["lines"] + (" in %d bursts" % d["bursts"] if d["bursts"] > 1
                                                                       else " in one burst")
         text = "%s (%s)%s on %s" % (label, d["name"] or "uncatalogued", times, where)
-        if d["wording"] not in ("xid", "sxid"):
+        if d["wording"] == "named_by_xid45":
+            text += " [named as its cause by an Xid 45 line; its own line is not in the log]"
+        elif d["wording"] not in ("xid", "sxid"):
             text += " [printed as '%s', no Xid line]" % d["wording"].replace("_", " ")
         if d["notes"]:
             text += "; " + "; ".join(d["notes"])
@@ -218,6 +224,8 @@ def report(check, decided):
         if kind == "XID" and code in APP_FAULT and d["pids"] and action not in cx.NODE_ACTIONS:
             check.warn("xid_app", where, text + "; raised by the job's process (pid %s): an application fault "
                        "(illegal memory access), not a hardware one" % ",".join(d["pids"]), d["raw"], action=words)
+        elif action in cx.NODE_ACTIONS and d.get("nonfatal"):
+            check.warn(d["id"], where, text, d["raw"], action=words)
         elif action in cx.NODE_ACTIONS:
             check.fail(d["id"], where, text, d["raw"], action=words)
         elif action == "restart_app":

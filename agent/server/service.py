@@ -90,8 +90,10 @@ class RunService:
         from agent.diagnosis import run_ticket
         from agent.ticket import render_markdown
 
-        # the run's own mapping: the ticket names hosts and secrets by the placeholders the LLM saw
-        data = run_ticket(Report.model_validate(run["report"]), DiagnoseOptions(**run["options"]))
+        # the run's own mapping: the ticket names hosts and secrets by the placeholders the LLM saw; on the page the
+        # reader is the on-call engineer of the nodes the server targets, who needs their names to act on them
+        data = run_ticket(Report.model_validate(run["report"]), DiagnoseOptions(**run["options"]),
+                          own_hosts=channel == "page")
         return render_markdown(data, channel) if format == "md" else data
 
     # ---- answers ------------------------------------------------------------------------------------------
