@@ -23,6 +23,11 @@ import sys
 import time
 import traceback
 
+try:
+    from checklib_record import RECORDER, REPLAY
+except ImportError:  # loaded as a library by aidai itself (agent/checks/versions.py): nothing records or replays
+    RECORDER = REPLAY = None
+
 NA_VALUES = {"", "N/A", "[N/A]", "[Not Supported]", "Not Supported", "[Unknown Error]", "Unknown Error",
              "[Insufficient Permissions]", "[GPU is lost]", "[Requires Root]", "ERR!"}
 SEVERITY_RANK = {"PASS": 0, "INFO": 0, "WARN": 2, "FAIL": 3}
@@ -101,6 +106,8 @@ class Cmd(object):
     def why(self):
         """Short reason this command gave no usable output."""
         name = self.argv[0]
+        if getattr(self, "unrecorded", False):
+            return "%s not in the bundle (the recording holds no `%s`)" % (name, " ".join(self.argv)[:200])
         if self.missing:
             return "%s not found" % name
         if self.timed_out:
@@ -119,6 +126,8 @@ class Check(object):
     def __init__(self, name):
         self.name = name
         self.started = time.time()
+        if RECORDER:
+            RECORDER.start(name)
         self.params = _read_params()
         profile = dict(DEFAULT_PROFILE)
         given = self.params.get("profile")
@@ -187,10 +196,25 @@ class Check(object):
     def run(self, argv, timeout=30, env=None):
         """Run a command without a shell; a missing tool or a timeout is recorded, never raised."""
         self.cmds.append(" ".join(argv))
-        cmd = self._run(argv, timeout, env)
+        cmd = self._replayed(argv) if REPLAY else self._run(argv, timeout, env)
+        if RECORDER:
+            RECORDER.add({"run": list(argv), "rc": cmd.rc, "stdout": getattr(cmd, "raw_out", cmd.out),
+                                          "stderr": getattr(cmd, "raw_err", cmd.err), "missing": cmd.missing,
+                                          "timed_out": cmd.timed_out, "seconds": round(cmd.seconds, 3)})
         self._keep_whole({"cmd": " ".join(argv), "rc": cmd.rc, "missing": cmd.missing, "timed_out": cmd.timed_out,
                           "seconds": round(cmd.seconds, 3)}, stdout=cmd.out, stderr=cmd.err)
         return cmd
+
+    @staticmethod
+    def _replayed(argv):
+        entry = REPLAY.run(argv)
+        if entry is None:
+            cmd = Cmd(argv, 127, "", "", missing=True)
+            cmd.unrecorded = True
+            return cmd
+        return Cmd(argv, entry.get("rc"), strip_ansi(entry.get("stdout") or ""), strip_ansi(entry.get("stderr") or ""),
+                   missing=bool(entry.get("missing")), timed_out=bool(entry.get("timed_out")),
+                   seconds=entry.get("seconds") or 0.0)
 
     def _run(self, argv, timeout, env):
         start = time.time()
@@ -208,13 +232,16 @@ class Check(object):
             return Cmd(argv, 124, out, "", timed_out=True, seconds=time.time() - start)
         except OSError as exc:
             return Cmd(argv, 126, "", str(exc), missing=True, seconds=time.time() - start)
-        out = strip_ansi(proc.stdout.decode("utf-8", "replace"))
-        err = strip_ansi(proc.stderr.decode("utf-8", "replace"))
+        raw_out = proc.stdout.decode("utf-8", "replace")
+        raw_err = proc.stderr.decode("utf-8", "replace")
+        out, err = strip_ansi(raw_out), strip_ansi(raw_err)
         if proc.returncode == 127 and "not found" in err:
             # a wrapper or shell said the command does not exist on this host
             return Cmd(argv, 127, out, err, missing=True, seconds=time.time() - start)
         self._keep_raw(out or err)
-        return Cmd(argv, proc.returncode, out, err, seconds=time.time() - start)
+        cmd = Cmd(argv, proc.returncode, out, err, seconds=time.time() - start)
+        cmd.raw_out, cmd.raw_err = raw_out, raw_err  # a recording keeps what the tool printed, escapes and all
+        return cmd
 
     def path(self, path):
         """A host path under the configured system root (AIDAI_SYSROOT, '/' on a real node)."""
@@ -224,22 +251,38 @@ class Check(object):
 
     def read(self, path, limit=4 << 20):
         """File text, or None when it is absent or unreadable."""
-        try:
-            with open(self.path(path), "rb") as handle:
-                text = handle.read(limit).decode("utf-8", "replace")
-        except OSError:
-            return None
-        self._keep_whole({"file": path}, text=text)
+        if REPLAY:
+            text = REPLAY.read(path)
+        else:
+            try:
+                with open(self.path(path), "rb") as handle:
+                    text = handle.read(limit).decode("utf-8", "replace")
+            except OSError:
+                text = None
+            if RECORDER:
+                RECORDER.add({"read": path, "text": text})
+        if text is not None:
+            self._keep_whole({"file": path}, text=text)
         return text
 
     def exists(self, path):
-        return os.path.exists(self.path(path))
+        if REPLAY:
+            return REPLAY.path_exists(path)
+        found = os.path.exists(self.path(path))
+        if RECORDER:
+            RECORDER.add({"exists": path, "value": found})
+        return found
 
     def listdir(self, path):
+        if REPLAY:
+            return sorted(REPLAY.listdir(path))
         try:
-            return sorted(os.listdir(self.path(path)))
+            names = sorted(os.listdir(self.path(path)))
         except OSError:
-            return []
+            names = []
+        if RECORDER:
+            RECORDER.add({"listdir": path, "value": names})
+        return names
 
     def _keep_whole(self, entry, **texts):
         """Record what the check saw (a command's stdout and stderr, a file's text) whole, within `raw_limit`
@@ -317,6 +360,8 @@ class Check(object):
         if self.raw_limit:
             out["raw_outputs"] = self.outputs
             out["raw_capped"] = self.raw_capped
+        if REPLAY and REPLAY.unrecorded:
+            out["not_in_bundle"] = REPLAY.unrecorded[:50]
         sys.stdout.write(json.dumps(out) + "\n")
         sys.stdout.flush()
 
@@ -348,6 +393,23 @@ def _read_params():
     except ValueError:
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def which(name):
+    """shutil.which for scripts: recorded with the check, answered from the recording on a replay."""
+    if REPLAY:
+        return REPLAY.tool(name)
+    found = shutil.which(name)
+    if RECORDER:
+        RECORDER.add({"which": name, "path": found})
+    return found
+
+
+def euid():
+    """The user id the check runs as on the host (root or not), recorded with it."""
+    if REPLAY and REPLAY.euid is not None:
+        return int(REPLAY.euid)
+    return os.geteuid()
 
 
 # ---- parsing helpers --------------------------------------------------------------------

@@ -3,9 +3,8 @@ checklib.py; python3 stdlib only (>= 3.8)."""
 
 import os
 import re
-import shutil
 
-from checklib import to_float, to_int
+from checklib import to_float, to_int, which
 
 # ---- RDMA ports (shared by the network checks) ------------------------------------------------------
 IB_CLASS = "/sys/class/infiniband"
@@ -150,7 +149,7 @@ NCCL_TESTS_DIRS = ("/opt/nccl-tests/build", "/opt/nccl_tests/build", "/usr/local
 
 def find_nccl_test(name):
     """An nccl-tests binary on PATH, in $NCCL_TESTS_DIR or the usual build directories."""
-    found = shutil.which(name)
+    found = which(name)
     if found:
         return found
     for directory in (os.environ.get("NCCL_TESTS_DIR", ""), *NCCL_TESTS_DIRS):

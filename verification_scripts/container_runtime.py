@@ -10,7 +10,6 @@ NVIDIA Container Toolkit version (nvidia-ctk, nvidia-container-cli) known-bad
 
 import json
 import re
-import shutil
 
 import checklib
 import checklib_gpu
@@ -107,7 +106,7 @@ def check_host(check, unchecked):
             unchecked.append("containerd's runtimes (no nvidia runtime, but %s)" % no_gpu_reason(wanted))
         return
     names, source = docker_runtimes(check)
-    hook = bool(shutil.which("nvidia-container-runtime-hook") or shutil.which("nvidia-ctk"))
+    hook = bool(checklib.which("nvidia-container-runtime-hook") or checklib.which("nvidia-ctk"))
     errors = docker_gpu_errors(check)
     if names is None:
         unchecked.append("docker runtimes (%s)" % source)

@@ -12,7 +12,6 @@ source that could not be read is named in `unreadable` with its reason.
 
 import os
 import re
-import shutil
 
 import checklib
 import checklib_gpu
@@ -104,7 +103,7 @@ def platform(check):
 
 def privileges(check):
     restrict = (check.read("/proc/sys/kernel/dmesg_restrict") or "").strip()
-    root = os.geteuid() == 0
+    root = checklib.euid() == 0
     return {"root": root,
             "kernel_log": True if root or restrict == "0" else (False if restrict == "1" else None),
             "systemd": check.exists("/run/systemd/system")}
@@ -136,7 +135,7 @@ def body(check):
         "rdma": rdma_ports(check),
         "platform": kind,
         "platform_evidence": evidence,
-        "tools": {tool: shutil.which(tool) is not None for tool in TOOLS},
+        "tools": {tool: checklib.which(tool) is not None for tool in TOOLS},
         "privileges": privileges(check),
     }
     check.metrics.update(inventory)

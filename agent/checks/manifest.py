@@ -13,7 +13,7 @@ from agent.yamlload import load_yaml
 
 Tier = Literal["passive", "active", "intrusive"]
 LIB_SCRIPTS = ("checklib.py", "checklib_gpu.py", "checklib_logs.py", "checklib_net.py", "checklib_xid.py",
-               "xid_catalog.csv", "sxid_catalog.csv")  # shipped with each script
+               "checklib_record.py", "xid_catalog.csv", "sxid_catalog.csv")  # shipped with each script
 
 
 class CheckSpec(BaseModel):

@@ -48,6 +48,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "history": ("history_cmd", "app", "group"),
     "audit": ("audit_cmd", "app", "group"),
     "llm": ("llm_cmd", "app", "group"),
+    "collect": ("collect_cmd", "collect", "command"),
 }
 PRELOAD = {"diagnose", "chat"}  # commands whose pipeline 1 queries the knowledge store
 FAST_EXIT = {"diagnose"}  # commands after which `main` ends the process without the interpreter's teardown

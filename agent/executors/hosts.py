@@ -1,5 +1,6 @@
 """Host specs as users type them: `local`, `ssh://user@host[:port][?key=..&known_hosts=..&env=..]`, `sim:DIR`,
-`slurm:JOBID[?user=..&port=..&key=..&known_hosts=..&env=..]` (each node of a Slurm job, over SSH)."""
+`slurm:JOBID[?user=..&port=..&key=..&known_hosts=..&env=..]` (each node of a Slurm job, over SSH), `bundle:FILE` (a
+host recorded by aidai_collect.py, or an NVIDIA bug report)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from agent.executors.sim import sim_executors
 if TYPE_CHECKING:
     from agent.executors.ssh import SshTarget
 
-SPEC_HELP = "local | ssh://user@host[:port] | slurm:JOBID | sim:DIR"
+SPEC_HELP = "local | ssh://user@host[:port] | slurm:JOBID | sim:DIR | bundle:FILE"
 SSH_QUERY = ("key", "known_hosts", "env")
 SLURM_QUERY = ("user", "port", *SSH_QUERY)
 
@@ -96,6 +97,17 @@ def slurm_executors(spec: str, options: SshOptions | None = None) -> list[Execut
     return executors
 
 
+def recorded_executor(path: Path) -> Executor:
+    """A host recorded by aidai_collect.py, or an NVIDIA bug report: the checks replay what it recorded."""
+    from agent.collect.bundle import BundleError
+    from agent.executors.recorded import RecordedExecutor
+
+    try:
+        return RecordedExecutor(path)
+    except BundleError as exc:
+        raise HostSpecError(str(exc)) from None
+
+
 def executors_for(specs: list[str], ssh: SshOptions | None = None) -> list[Executor]:
     """Executors for every spec; a sim scenario with several hosts gives one executor per host."""
     executors: list[Executor] = []
@@ -113,6 +125,8 @@ def executors_for(specs: list[str], ssh: SshOptions | None = None) -> list[Execu
                 executors.extend(sim_executors(Path(spec[4:])))
             except FileNotFoundError as exc:
                 raise HostSpecError(str(exc)) from None
+        elif spec.startswith("bundle:"):
+            executors.append(recorded_executor(Path(spec[len("bundle:"):])))
         else:
             raise HostSpecError(f"unknown host spec {spec!r}; use {SPEC_HELP}")
     names = [e.name for e in executors]
