@@ -57,7 +57,7 @@ test: install test-services lint
 
 # The openai reasoner against a real model served by llama-cpp-python on loopback (compiles llama.cpp: ~10 min).
 test-llm: install test-services
-	$(BIN)/python -m pip install -q -e '.[dev,llm]'
+	$(BIN)/python -m pip install -q -e '.[dev,llm-server]'
 	$(BIN)/python -m pytest -q -m llm_server -s
 
 demo: install

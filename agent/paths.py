@@ -1,11 +1,24 @@
-"""Where the project's data directories live (the repo root holds them next to the package)."""
+"""Where the data aidai reads at run time lives: the verification scripts (with their manifest, profiles,
+catalogues and checklib helpers), the taxonomy and its schema, the knowledge base and the seed incident DB.
+
+In the repository they are top-level folders next to the package (the design keeps them there). A wheel or sdist
+install carries the same folders inside the package, as `agent/_data/<folder>` (setup.py's build step copies
+them), so an installed aidai never depends on a checkout's layout. Every reader asks this module.
+"""
 
 from __future__ import annotations
 
+from importlib.resources import files
 from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parent
-ROOT = PACKAGE_DIR.parent
-SCRIPTS_DIR = ROOT / "verification_scripts"
-TAXONOMY_DIR = ROOT / "taxonomy"
-KNOWLEDGE_DIR = ROOT / "knowledge"
+# A pip/pipx install unpacks the wheel on disk, and the scripts must be real files (run as subprocesses, uploaded
+# over SFTP), so the package's location is used as a directory.
+PACKAGE_DIR = Path(str(files("agent"))).resolve()
+ROOT = PACKAGE_DIR.parent  # the source checkout, when aidai runs from one (tests, eval and git look here)
+BUNDLED = PACKAGE_DIR / "_data"
+DATA_FOLDERS = ("verification_scripts", "taxonomy", "knowledge")  # setup.py copies exactly these
+INSTALLED = BUNDLED.is_dir()  # built into a wheel (or installed from an sdist), not an editable checkout
+RESOURCES = BUNDLED if INSTALLED else ROOT
+SCRIPTS_DIR = RESOURCES / "verification_scripts"
+TAXONOMY_DIR = RESOURCES / "taxonomy"
+KNOWLEDGE_DIR = RESOURCES / "knowledge"

@@ -8,11 +8,14 @@ checkpoint, seconds of import a plain diagnosis should not pay."""
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 
 from agent.checks.runner import CheckRunner
 from agent.graph.build import PreTriage
 from agent.incident import Incident
+from agent.installation import missing_extra
 from agent.models import ToolResult
 
 # name -> (the attachment it reads, None: always, PROMETHEUS: the --prometheus URL), "module:function"
@@ -26,15 +29,29 @@ TOOLS: dict[str, tuple[str | None, str]] = {
 }
 
 
+@contextmanager
+def _extra_hint() -> Iterator[None]:
+    """A tool whose extra is not installed fails (reported, the diagnosis goes on) saying which extra brings it."""
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        hint = missing_extra(exc)
+        if hint is None:
+            raise
+        raise ModuleNotFoundError(hint, name=exc.name) from exc
+
+
 def _load(target: str) -> PreTriage:
     module, _, function = target.partition(":")
-    return getattr(importlib.import_module(module), function)  # type: ignore[no-any-return]
+    with _extra_hint():
+        return getattr(importlib.import_module(module), function)  # type: ignore[no-any-return]
 
 
 def _when_attached(kind: str, target: str, incident: Incident) -> ToolResult | None:
     if not incident.attachments.get(kind):
         return None
-    return _load(target)(incident)
+    with _extra_hint():  # KAIOPS imports torch only when it classifies
+        return _load(target)(incident)
 
 
 def _with_url(target: str, url: str | None, runner: CheckRunner, incident: Incident) -> ToolResult | None:

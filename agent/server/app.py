@@ -15,6 +15,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 from sse_starlette.sse import EventSourceResponse
 
+from agent import installation
 from agent.diagnosis import DiagnoseOptions, data_dir
 from agent.server import events
 from agent.server.auth import Operator, Viewer
@@ -57,7 +58,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         yield
         manager.shutdown()
 
-    app = FastAPI(title="aidai", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="aidai", version=installation.version(), lifespan=lifespan,
                   description="Diagnosis of AI-workload incidents on GPU hosts: start a run, stream its events, "
                               "answer its questions and approvals, fetch the report and the escalation ticket.")
     app.state.config, app.state.store, app.state.manager = config, store, manager
