@@ -74,9 +74,12 @@ def test_a_replayed_bundle_gives_the_live_verdict_of_every_check(tmp_path: Path,
     create_scenario(tmp_path / "s", faults, noise, profile, view=view)
     (host,) = sim_executors(tmp_path / "s")
     live, runner = verdicts(host)
-    # the checks' own params (the expectations from this host's inventory), as `aidai collect --host` passes them
+    # half the profiles as a customer collects (the standalone file, no expectations: every profile value null), half
+    # as `aidai collect --host` does (each check gets the params aidai would give it there)
+    standalone = sorted(SCENARIOS).index(profile) % 2 == 0
+    params = None if standalone else {c: runner._params(host.name) for c in runner.passive_ids()}
     bundle = tmp_path / "host.tar.gz"
-    bundle.write_bytes(collect(host, collector, {c: runner._params(host.name) for c in runner.passive_ids()}))
+    bundle.write_bytes(collect(host, collector, params))
     replay = RecordedExecutor(bundle)
     try:
         assert replay.name == host.name
@@ -236,3 +239,35 @@ def test_the_standalone_script_is_written_and_runs_without_aidai(tmp_path: Path)
     proc = subprocess.run([sys.executable, "-S", "-I", str(script), "--help"], capture_output=True, timeout=60,
                           cwd=tmp_path)
     assert proc.returncode == 0 and b"--no-redact" in proc.stdout
+
+
+def test_collect_over_ssh_uploads_one_file_and_agrees_with_the_host(tmp_path: Path) -> None:
+    from agent.collect.remote import collect_hosts
+    from agent.executors.ssh import SshExecutor, SshTarget
+    from tests.sshd import start_sshd
+
+    create_scenario(tmp_path / "s", [{"fault": "driver.module_not_loaded"}], [], "A100-SXM-8")
+    (sim,) = sim_executors(tmp_path / "s")
+    live, _ = verdicts(sim)
+    sshd = start_sshd(tmp_path / "sshd")
+    try:
+        known = sshd.known_hosts(tmp_path / "known_hosts")
+        node = SshExecutor(SshTarget(user=sshd.user, host="127.0.0.1", port=sshd.port, key_file=str(sshd.client_key),
+                                     known_hosts=str(known), connect_timeout=5,
+                                     remote_env=str(tmp_path / "s" / "activate")))
+        try:
+            (done,) = collect_hosts([node])
+        finally:
+            node.close()
+    finally:
+        sshd.stop()
+    assert not done.error and done.data[:2] == b"\x1f\x8b", done.error
+    bundle = tmp_path / "over-ssh.tar.gz"
+    bundle.write_bytes(done.data)
+    replay = RecordedExecutor(bundle)
+    try:
+        replayed, _ = verdicts(replay)
+    finally:
+        replay.close()
+    assert {c: v for c, (v, _) in replayed.items()} == {c: v for c, (v, _) in live.items()}
+    assert live["driver_health"][0] == "FAIL"
