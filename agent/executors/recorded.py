@@ -8,6 +8,7 @@ import json
 import shutil
 import sys
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ class RecordedExecutor(LocalExecutor):
         self.recording = recording or load(path)
         self.source = path
         self._dir = Path(tempfile.mkdtemp(prefix="aidai-replay-"))
+        # removed with the executor even when no caller closes it (a server run, an interrupted command)
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self._dir, True)
         replay = self._dir / "replay.json"
         replay.write_text(json.dumps(self.recording.replay()))
         env = {**self.recording.env, "AIDAI_REPLAY": str(replay), "HOSTNAME": self.recording.hostname,
@@ -33,4 +36,4 @@ class RecordedExecutor(LocalExecutor):
         return super().run_script(script, params, timeout)
 
     def close(self) -> None:
-        shutil.rmtree(self._dir, ignore_errors=True)
+        self._cleanup()
