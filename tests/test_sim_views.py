@@ -141,3 +141,17 @@ def test_a_gpu_fault_is_still_failed_from_inside_a_container(tmp_path: Path) -> 
     _, results = run_checks(root)
     failed = {c for c, r in results.items() if r[0] == Verdict.FAIL}
     assert "gpu_memory_errors" in failed
+
+
+def test_a_container_without_lsmod_reads_the_hosts_modules_from_proc(hosts: dict[str, Path], tmp_path: Path) -> None:
+    # kmod is not in training images, but /proc/modules is the host's: a missing peer-memory module is still seen
+    assert sh(hosts["container"], "lsmod").returncode == NOT_FOUND
+    modules = (hosts["container"] / "root/proc/modules").read_text()
+    assert modules.startswith("nvidia ") and "\nnvidia_peermem 16384 0 - Live 0x0000000000000000 (OE)\n" in modules
+    _, healthy = run_checks(hosts["container"])
+    assert healthy["gdr_status"][0] == Verdict.PASS
+    root = create_scenario(tmp_path / "gdr", [{"fault": "gdr.peermem_missing"}], view="container").root
+    assert "nvidia_peermem" not in (root / "root/proc/modules").read_text()
+    _, results = run_checks(root)
+    assert results["gdr_status"][0] == Verdict.FAIL and "nvidia_peermem" in results["gdr_status"][1]
+    assert results["driver_health"][0] == Verdict.PASS

@@ -29,6 +29,11 @@ TAXONOMY = load_taxonomy()
     ("torch.cuda.is_available() returns False inside the container", "no_gpu"),
     ("nvidia-smi: No devices were found", "no_gpu"),
     ("after the error the GPU becomes unusable until a reboot", "no_gpu"),
+    ("after the maintenance window node-7 lost one GPU", "no_gpu"),
+    ("nvidia-smi lists only 7 GPUs on the 8-GPU box", "no_gpu"),
+    ("torch.cuda.device_count() returns 1 although the node has four cards", "no_gpu"),
+    ("the container toolkit fails to communicate with the GPU devices", "no_gpu"),
+    ("the server stalls and then the RPC call to the worker timed out", "hang"),
     ("the workstation reboots during training", "reboot"),
     ("the machine shuts down without any log", "reboot"),
     ("it crashes the whole system", "reboot"),
@@ -48,6 +53,7 @@ def test_each_class_is_read_from_its_usual_wording(text: str, symptom: str) -> N
     "NCCL INFO Channel 00/32 : 0[0] -> 1[1] via P2P/IPC",
     "deployed in the Nanjing region with a finance workload",
     "RuntimeError: CUDA error: an illegal memory access was encountered",
+    "we schedule only 4 GPUs per node for this job",
 ])
 def test_ordinary_lines_show_no_symptom(text: str) -> None:
     assert shown(text) == {}

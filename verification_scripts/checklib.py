@@ -395,6 +395,21 @@ def _read_params():
     return data if isinstance(data, dict) else {}
 
 
+def loaded_modules(check):
+    """Loaded kernel module names and where they were read: lsmod, else /proc/modules (what lsmod reads; a
+    container without kmod still sees the host's), else /sys/module. (None, why) when none of them can tell."""
+    cmd = check.run(["lsmod"])
+    if cmd.ok:
+        return {line.split()[0] for line in cmd.out.splitlines()[1:] if line.split()}, "lsmod"
+    proc = check.read("/proc/modules")
+    if proc and proc.strip():
+        return {line.split()[0] for line in proc.splitlines() if line.split()}, "/proc/modules"
+    names = check.listdir("/sys/module")
+    if names:
+        return set(names), "/sys/module"
+    return None, cmd.why()
+
+
 def which(name):
     """shutil.which for scripts: recorded with the check, answered from the recording on a replay."""
     if REPLAY:

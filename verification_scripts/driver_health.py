@@ -26,8 +26,7 @@ def body(check):
     smi = check.run(["nvidia-smi"], timeout=60)
     version_text = check.read("/proc/driver/nvidia/version")
     module = MODULE_RE.search(version_text or "")
-    lsmod = check.run(["lsmod"])
-    modules = set(line.split()[0] for line in lsmod.out.splitlines()[1:] if line.split()) if lsmod.ok else None
+    modules, _ = checklib.loaded_modules(check)
     on_disk = check.run(["modinfo", "-F", "version", "nvidia"])
     loaded = module.group(1) if module else None
     check.metrics.update({
@@ -83,8 +82,8 @@ def body(check):
 def no_driver(check, modules, loaded, text):
     """nvidia-smi cannot reach the driver: module absent, or loaded without its /dev nodes."""
     if not loaded and (modules is None or "nvidia" not in modules):
-        check.fail("module_not_loaded", "nvidia", "the nvidia kernel module is not loaded (lsmod has no nvidia, "
-                   "no /proc/driver/nvidia/version)", checklib.first_line(text))
+        check.fail("module_not_loaded", "nvidia", "the nvidia kernel module is not loaded (no nvidia among the "
+                   "loaded modules, no /proc/driver/nvidia/version)", checklib.first_line(text))
         return
     missing = [p for p in ("/dev/nvidiactl", "/dev/nvidia0") if not check.exists(p)]
     if missing:

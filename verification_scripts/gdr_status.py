@@ -17,15 +17,6 @@ import checklib_net
 PEER_MODULES = ("nvidia_peermem", "nv_peer_mem")
 
 
-def loaded_modules(check):
-    """Kernel module names from lsmod, else from /sys/module; None when neither is readable."""
-    cmd = check.run(["lsmod"])
-    if cmd.ok:
-        return {line.split()[0] for line in cmd.out.splitlines()[1:] if line.split()}, "lsmod"
-    names = check.listdir("/sys/module")
-    return (set(names), "/sys/module") if names else (None, cmd.why())
-
-
 def dmabuf_possible(check):
     """DMA-BUF GDR: asked for by the job, open GPU kernel module, kernel >= 5.12."""
     if os.environ.get("NCCL_DMABUF_ENABLE") != "1":
@@ -62,7 +53,7 @@ def judge_kernel_log(check):
 def body(check):
     if checklib_net.no_rdma_expected(check):
         check.finish(checklib_net.NO_RDMA + ": GPUDirect RDMA has nothing to pair with")
-    modules, source = loaded_modules(check)
+    modules, source = checklib.loaded_modules(check)
     if modules is None:
         check.unknown("cannot list kernel modules: %s" % source)
     if not check.listdir(checklib_net.IB_CLASS):

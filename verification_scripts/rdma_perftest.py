@@ -55,16 +55,11 @@ def classify(text):
 
 def gpu_memory_plan(check):
     """GPU count and whether ib_write_bw may use GPU memory (nvidia_peermem / nv_peer_mem loaded; None when
-    neither lsmod nor /sys/module can tell)."""
+    the loaded modules cannot be listed)."""
     listing = check.run(["nvidia-smi", "-L"])
     gpus = len(re.findall(r"^GPU \d+:", listing.out, re.MULTILINE)) if listing.ok else 0
-    lsmod = check.run(["lsmod"])
-    if lsmod.ok:
-        return gpus, bool(re.search(r"^(nvidia_peermem|nv_peer_mem)\s", lsmod.out, re.MULTILINE))
-    modules = check.listdir("/sys/module")
-    if modules:
-        return gpus, "nvidia_peermem" in modules or "nv_peer_mem" in modules
-    return gpus, None
+    modules, _ = checklib.loaded_modules(check)
+    return gpus, None if modules is None else bool(modules & {"nvidia_peermem", "nv_peer_mem"})
 
 
 def loopback(check, port, index, gpus, gdr):

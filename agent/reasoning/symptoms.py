@@ -35,6 +35,7 @@ _PHRASES: dict[str, list[str]] = {
         r"\bdeadlock",
         r"\bno\s+(?:further\s+)?progress\b|\bnever\s+(?:finishes|returns|completes|starts)\b",
         r"\bwatchdog\s+caught\s+collective\s+operation\s+timeout",
+        r"\b(?:call|operation|collective|request|job|step|rpc|barrier)\s+(?:\w+\s+){0,3}timed?\s*out\b",
     ],
     "wrong_results": [
         r"\bnan(?:s)?\b|\binf(?:inite)?\s+loss\b",
@@ -55,6 +56,14 @@ _PHRASES: dict[str, list[str]] = {
         r"\b(?:gpu|device)\s+(?:becomes?|became|is|was)\s+(?:unusable|unavailable|inaccessible)",
         r"\bfailed\s+to\s+initiali[sz]e\s+nvml\b|\bcuda\s+(?:driver\s+)?initiali[sz]ation\s+(?:error|failed)",
         r"\bfound\s+no\s+nvidia\s+driver\b",
+        # a GPU missing from the count: "lost 1 GPU", "came up short a GPU", "only 7 GPUs", "device_count() shows
+        # only one"
+        r"\b(?:lost|lose|losing|loses|missing|short)\s+(?:a|one|an?other|\d+)\s+(?:of\s+(?:the|its|my)\s+)?gpus?\b",
+        r"\b(?:only|just)\s+(?:\d+|one|two|three|four|five|six|seven)\s+gpus?\b(?!\s+(?:per|each|node|machine))",
+        r"\bdevice_count\(\)\s+(?:shows|returns|gives|is)\s+(?:only\s+)?(?:\d+|one|zero)\b",
+        r"\b(?:fails?|failed|unable)\s+to\s+communicate\s+with\s+(?:the\s+)?(?:gpus?|devices?|driver)",
+        r"\bfalls?\s+(?:off|out\s+of)\s+the\s+bus\b|\bunable\s+to\s+determine\s+the\s+device\s+handle\b",
+        r"\bcould\s+not\s+select\s+device\s+driver\b",
     ],
     "reboot": [
         r"\breboot(?:s|ed|ing)?\b",

@@ -1,4 +1,5 @@
-"""systemctl, lsmod and modinfo from the host's services and kernel modules."""
+"""systemctl, lsmod and modinfo from the host's services and kernel modules, and the files lsmod reads
+(/proc/modules, /sys/module): a container without kmod still sees the host's."""
 
 from __future__ import annotations
 
@@ -43,13 +44,35 @@ def _systemctl(host: HostState, argv: list[str]) -> ToolOutput:
     return ToolOutput("\n".join(out) + "\n", "", rc)
 
 
+def _users(host: HostState, name: str) -> list[str]:
+    return [u for u in USERS.get(name, "").split(",") if u in host.kernel_modules]
+
+
 def _lsmod(host: HostState) -> ToolOutput:
     rows = ["Module                  Size  Used by"]
     for name in host.kernel_modules:
-        users = ",".join(u for u in USERS.get(name, "").split(",") if u in host.kernel_modules)
-        count = len(users.split(",")) if users else 0
-        rows.append(f"{name:<19} {MODULE_SIZES.get(name, 16384):>8}  {count} {users}".rstrip())
+        users = _users(host, name)
+        rows.append(f"{name:<19} {MODULE_SIZES.get(name, 16384):>8}  {len(users)} {','.join(users)}".rstrip())
     return ToolOutput("\n".join(rows) + "\n")
+
+
+def _proc_modules(host: HostState) -> str:
+    # name size refcount users, state address taint (the address reads 0 without CAP_SYSLOG; out-of-tree and
+    # unsigned modules carry (OE))
+    rows = []
+    for name in host.kernel_modules:
+        users = _users(host, name)
+        taint = " (POE)" if name == "nvidia" else " (OE)" if name.startswith("nvidia") else ""
+        rows.append(f"{name} {MODULE_SIZES.get(name, 16384)} {len(users)} {','.join(users) + ',' if users else '-'} "
+                    f"Live 0x0000000000000000{taint}")
+    return "\n".join(rows) + "\n" if rows else ""
+
+
+def files(host: HostState) -> dict[str, str | None]:
+    out: dict[str, str | None] = {"/proc/modules": _proc_modules(host)}
+    for name in host.kernel_modules:
+        out[f"/sys/module/{name}/refcnt"] = f"{len(_users(host, name))}\n"
+    return out
 
 
 def _modinfo(host: HostState, argv: list[str]) -> ToolOutput:
