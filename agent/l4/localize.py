@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, Field, PrivateAttr
 
-from agent.l4 import combined, filtering, sequences, spatial, stages, temporal
+from agent.l4 import combined, filtering, sequences, spatial, stages, temporal, verdicts
 from agent.l4.patterns import PatternLibrary, PatternMatch
 from agent.l4.reader import LogError, discover
 from agent.l4.scan import FileScan
@@ -193,6 +193,7 @@ def analyse(failed: list[FileScan], pool: list[list[FileScan]], library: Pattern
     widespread = (has.sum(axis=0) >= WIDESPREAD * len(nodes)) if len(nodes) >= 3 else \
         np.zeros(len(features), bool)
     lost = _lost_nodes(used, maps, failure)
+    verdict = {v.node: v.why for v in verdicts.verdicts(used, maps, failure)} if not lost else {}
     for rank in spatial.rank_nodes(nodes, node_counts[:, features], weight, widespread):
         row = node_counts[node_index[rank.node], features]
         median = np.median(node_counts[:, features], axis=0)
@@ -202,6 +203,9 @@ def analyse(failed: list[FileScan], pool: list[list[FileScan]], library: Pattern
             score = round(score + LOST_WEIGHT, 4)
             events.insert(0, f"lost: its log ends without an error of its own while {len(lost[rank.node])} "
                              f"node(s) lost their connection to it: {lost[rank.node][0]}")
+        elif rank.node in verdict:
+            score = round(score + verdicts.VERDICT_WEIGHT, 4)
+            events.insert(0, verdict[rank.node])
         result.nodes.append(NodeOut(node=rank.node, score=score, events=events))
     result.nodes.sort(key=lambda n: -n.score)  # stable: the spatial ranking's order among equal scores
 
@@ -275,7 +279,7 @@ def _events(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray, i
 
 def _stage(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray, onsets: list[int]) -> str:
     """The stage each file was in when its errors began (its first failure-indicating line at or after its onset),
-    voted over the files (see stages.failed_stage)."""
+    voted over the files (see stages.failed_stage); after a file's first progress line, at least training."""
     at = []
     for scan, tmap, onset in zip(used, maps, onsets, strict=True):
         first = np.array(scan.first)
@@ -283,7 +287,17 @@ def _stage(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray, on
         if not len(hits):
             hits = np.flatnonzero(failure[tmap])
         if len(hits):
-            at.append(stages.stage_at(scan.transitions, int(first[hits].min())))
+            line = int(first[hits].min())
+        elif scan.progress_start >= 0:  # a file that stops without an error (its node vanished): where it stopped
+            line = scan.lines - 1
+        else:
+            continue
+        stage = stages.stage_at(scan.transitions, line)
+        # a file that logged training steps before its trouble was training, even when the framework has no
+        # stage marker L4 knows (a user's `step N/M | loss X` print, a progress bar)
+        if stage in ("init", "loading") and 0 <= scan.progress_start <= line:
+            stage = "training"
+        at.append(stage)
     return stages.failed_stage(at)
 
 

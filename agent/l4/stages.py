@@ -46,8 +46,9 @@ COMMUNICATOR_INIT = re.compile(_COMMUNICATOR, re.I)
 
 # The per-iteration line of each framework; the raw line gives the iteration number.
 ITERATION_SHAPE = re.compile(r"\biteration <\*>/ ?<\*> \||\bstep=<\*>, skipped=|global_step=<\*>|"
-                             r"\bstep <\*> \| loss", re.I)
-_NUMBER_ALTERNATIVES = [rb"iteration\s+(\d+)\s*/", rb"global_step=(\d+)", rb"step=(\d+),", rb"\bstep (\d+) \| loss"]
+                             r"\bstep <\*>(?:/ ?<\*>)? \| loss", re.I)  # a user script's `step 12/40 | loss 0.69`
+_NUMBER_ALTERNATIVES = [rb"iteration\s+(\d+)\s*/", rb"global_step=(\d+)", rb"step=(\d+),",
+                        rb"\bstep (\d+)(?:/ ?\d+)? \| loss"]
 ITERATION_NUMBER = re.compile(b"|".join(_NUMBER_ALTERNATIVES))
 
 

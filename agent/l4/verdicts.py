@@ -1,0 +1,102 @@
+"""The launcher's verdicts: which node failed first, and which stayed silent while the others failed.
+
+Counting events ranks a loud survivor above a quiet culprit: when a rank exits without a traceback (os._exit, the
+kernel's OOM killer, a segfault) or a whole node dies or hangs, the other nodes fill their logs with tracebacks
+about a peer that closed the connection or a collective that timed out. The launcher says more than the counts:
+torchrun's elastic agent logs `failed (exitcode: N)` with a timestamp the moment one of its workers dies, so
+    * the node whose agent reports first, clearly before the next, lost a worker first (the victims' workers fail
+      when they notice, later);
+    * a node that logs no failure at all while every other node does has vanished (killed, power loss) and is
+      where the job broke;
+    * when every node that reports failed because a collective timed out (nobody closed a connection) and some
+      node never reports, that node stopped calling collectives: it hung, and the others waited for it.
+Only what the logs say is used; clocks of one cluster agree to well under the margins below.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from agent.l4.scan import FileScan
+
+# A launcher's report that one of its workers died (torchrun's elastic agent; the DeepSpeed launcher).
+REPORT = re.compile(r"failed \(exitcode: -?<\*>\)|failed \(exitcode: -?\d+\)|exits with return code", re.I)
+AGENT = re.compile(r"torch/distributed/elastic/rendezvous/")
+# A reaction to a peer that went away actively (its socket was closed when it died) ...
+PEER_GONE = re.compile(r"closed by (?:remote )?peer|reset by peer|broken pipe|connection (?:was likely )?closed|"
+                       r"failed to recv|RendezvousConnectionError|connection to the c10d store", re.I)
+# ... and to one that said nothing: a collective or a store operation timed out.
+TIMED_OUT = re.compile(r"timed out|timeout|time out", re.I)
+_GLOG = re.compile(r"(?<![\w.])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d(?:\.\d+)?)\b")
+_ISO = re.compile(r"\b\d{4}-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d(?:[.,]\d+)?)\b")
+FIRST_MARGIN_S = 0.3  # the first report must precede the next by this much to say which node failed first
+VERDICT_WEIGHT = 1.0  # a launcher's verdict outranks every count
+
+
+@dataclass
+class Verdict:
+    node: str
+    why: str
+
+
+def timestamp(line: str) -> float | None:
+    """Seconds since the start of the year (months as 31 days: only differences within a job matter) from a glog
+    (`E1127 12:41:11.722000`) or ISO (`2026-11-27 12:41:11,722`) stamp."""
+    match = _GLOG.search(line) or _ISO.search(line)
+    if not match:
+        return None
+    month, day, hour, minute = (int(g) for g in match.groups()[:4])
+    return (((month * 31 + day) * 24 + hour) * 60 + minute) * 60 + float(match.group(5).replace(",", "."))
+
+
+@dataclass
+class _Node:
+    report: str = ""
+    report_time: float | None = None
+    failing: bool = False  # any failure-indicating line
+    peer_gone: bool = False
+    timed_out: bool = False
+    agent: bool = False  # the launcher's agent logged here (torchrun's rendezvous lines)
+
+
+def verdicts(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray) -> list[Verdict]:
+    """The nodes the launcher's reports point at, most certain first; empty when they say nothing clear."""
+    nodes: dict[str, _Node] = {}
+    for scan, tmap in zip(used, maps, strict=True):
+        node = nodes.setdefault(scan.node, _Node())
+        failed = failure[tmap]
+        node.failing |= bool(failed.any())
+        for k, shape in enumerate(scan.shapes):
+            example = scan.examples[k]
+            node.agent |= AGENT.search(shape) is not None
+            if REPORT.search(shape):
+                when = timestamp(example)
+                if when is not None and (node.report_time is None or when < node.report_time):
+                    node.report, node.report_time = example.strip(), when
+                elif not node.report:
+                    node.report = example.strip()
+            elif failed[k]:
+                node.peer_gone |= PEER_GONE.search(example) is not None
+                node.timed_out |= TIMED_OUT.search(example) is not None
+    if len(nodes) < 2 or not any(v.report or v.agent for v in nodes.values()):
+        return []  # no launcher verdict to read (the simulated NCCL jobs: the counts and peer names decide)
+    failing = [n for n, v in nodes.items() if v.failing or v.report]
+    vanished = [n for n, v in nodes.items() if not v.failing and not v.report]
+    if vanished and failing and len(vanished) <= len(nodes) / 2:
+        return [Verdict(n, "lost: its log ends without an error while every other node reports the failure")
+                for n in vanished]
+    reporters = [n for n, v in nodes.items() if v.report]
+    silent = [n for n, v in nodes.items() if not v.report]
+    if reporters and silent and len(silent) < len(reporters) and \
+            all(nodes[n].timed_out and not nodes[n].peer_gone for n in reporters):
+        return [Verdict(n, "silent: the other nodes' workers timed out waiting in a collective and their launchers "
+                           "reported them failed; this node's launcher reported nothing") for n in silent]
+    timed = sorted((v.report_time, n) for n, v in nodes.items() if v.report_time is not None)
+    if timed and (len(timed) == 1 or timed[1][0] - timed[0][0] >= FIRST_MARGIN_S):
+        first = timed[0][1]
+        lead = f"{timed[1][0] - timed[0][0]:.1f} s before the next" if len(timed) > 1 else "the only one"
+        return [Verdict(first, f"first to fail: its launcher reported a worker failed {lead}: {nodes[first].report}")]
+    return []

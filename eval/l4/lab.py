@@ -1,0 +1,99 @@
+"""L4 judged on fault-lab jobs (eval/lab/run.py): faulty node top-1 / top-3 and stage, per launcher and per fault
+kind, on the per-node files and on the combined launcher output alike.
+
+    python -m eval.l4.lab JOBS_DIR [JOBS_DIR ...] [--seeds 1-3] [--out eval/results/l4-lab.md --title "..."]
+
+L4 sees only the logs; the truth file is read after L4 has answered. Jobs whose fault did not fire are listed, not
+scored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from agent.l4.localize import localize
+
+
+def jobs_in(roots: list[Path], seeds: set[int] | None) -> list[Path]:
+    found = sorted(p.parent for root in roots for p in root.glob("*/truth.json"))
+    if seeds is not None:
+        found = [p for p in found if int(p.name.split("-")[0]) in seeds]
+    return found
+
+
+def judge(job: Path, view: str) -> dict:
+    truth = json.loads((job / "truth.json").read_text())
+    target = job / "logs" if view == "per-node" else job / "combined.out"
+    result = localize(target, engine="local")
+    ranked = [n.node for n in result.nodes]
+    return {"job": job.name, "view": view, "fault": truth["fault"], "launcher": truth["launcher"],
+            "nodes": len(truth["nodes"]), "truth_node": truth["faulty_node"], "truth_stage": truth["stage"],
+            "top": ranked[:3], "stage": result.stage, "top1": ranked[:1] == [truth["faulty_node"]],
+            "top3": truth["faulty_node"] in ranked[:3], "stage_ok": result.stage == truth["stage"]}
+
+
+def _rate(rows: list[dict], key: str) -> str:
+    return f"{sum(r[key] for r in rows) / len(rows):.2f} ({sum(r[key] for r in rows)}/{len(rows)})" if rows else "-"
+
+
+def table(rows: list[dict], by: str) -> list[str]:
+    out = [f"| {by} | view | jobs | top-1 | top-3 | stage |", "|---|---|---|---|---|---|"]
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[(r[by], r["view"])].append(r)
+        groups[("**all**", r["view"])].append(r)
+    for (name, view), grp in sorted(groups.items(), key=lambda kv: (kv[0][0] == "**all**", kv[0])):
+        out.append(f"| {name} | {view} | {len(grp)} | {_rate(grp, 'top1')} | {_rate(grp, 'top3')} | "
+                   f"{_rate(grp, 'stage_ok')} |")
+    return out
+
+
+def parse_seeds(text: str | None) -> set[int] | None:
+    if not text:
+        return None
+    seeds: set[int] = set()
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        seeds.update(range(int(low), int(high or low) + 1))
+    return seeds
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("roots", type=Path, nargs="+")
+    ap.add_argument("--seeds", help="only jobs of these seeds, e.g. 1-3,7")
+    ap.add_argument("--out", type=Path, help="append the tables to this markdown file")
+    ap.add_argument("--title", default="L4 on the fault lab")
+    ap.add_argument("--misses", action="store_true", help="list every miss")
+    args = ap.parse_args()
+    rows, unfired = [], []
+    for job in jobs_in(args.roots, parse_seeds(args.seeds)):
+        truth = json.loads((job / "truth.json").read_text())
+        if not truth["fired"]:
+            unfired.append(f"{job.name} ({truth['fault']})")
+            continue
+        rows.extend(judge(job, view) for view in ("per-node", "combined"))
+    lines = [f"### {args.title}", "", f"`{' '.join(['python -m eval.l4.lab', *sys.argv[1:]])}`", "",
+             *table(rows, "launcher"), "", *table(rows, "fault"), ""]
+    if unfired:
+        lines += [f"Not scored (the fault did not fire): {', '.join(unfired)}", ""]
+    misses = [r for r in rows if not (r["top1"] and r["stage_ok"])]
+    if args.misses or args.out:
+        lines += ["| job | view | fault | truth node / stage | L4 top-3 / stage |", "|---|---|---|---|---|"]
+        lines += [f"| {r['job']} | {r['view']} | {r['fault']} | {r['truth_node']} / {r['truth_stage']} | "
+                  f"{', '.join(r['top'])} / {r['stage']} |" for r in misses]
+        lines.append("")
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        with open(args.out, "a", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

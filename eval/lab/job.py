@@ -1,0 +1,198 @@
+"""One lab job, run as PID 1 of its own network, mount and PID namespaces (eval/lab/run.py starts it with
+`unshare --net --mount --pid --fork --kill-child`): when it exits, the kernel kills every process left in the job.
+
+Nodes: every node is a real launcher process in its own UTS namespace (its own hostname) with its own loopback
+address 127.0.X.Y on the job's `lo`; the job's /etc/hosts (bind-mounted in this mount namespace only) resolves the
+hostnames, so gloo, the rendezvous and every error name real per-node hosts and addresses. Each node's stdout and
+stderr is its log file; the combined output holds every node's lines as they arrived, each behind `host: ` as pdsh
+prints them (the lab plays pdsh's part: the lines are the software's own). Faults from outside the training program
+(SIGKILL of a node's process group, iptables DROP of a node's address, a squatter on the rendezvous port, a full
+tmpfs, a wrong GLOO_SOCKET_IFNAME) are applied here; the time each was applied goes to the truth file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+TRAIN = Path(__file__).resolve().parent / "train.py"
+RDZV_PORT = 29400
+STOP_GRACE_S = 5.0
+
+
+def _sh(*argv: str) -> None:
+    subprocess.run(argv, check=True, timeout=20, capture_output=True)
+
+
+class Job:
+    def __init__(self, spec: dict, out: Path) -> None:
+        self.spec, self.out = spec, out
+        self.nodes: list[dict] = spec["nodes"]
+        self.lock = threading.Lock()
+        (out / "logs").mkdir(parents=True, exist_ok=True)
+        self.combined = open(out / "combined.out", "wb")  # noqa: SIM115 - closed in run()
+        self.files = {n["host"]: open(out / "logs" / f"{n['host']}.log", "wb") for n in self.nodes}  # noqa: SIM115
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.steps_seen = 0
+        self.events: list[dict] = []
+
+    def note(self, what: str, **extra: object) -> None:
+        self.events.append({"time": time.time(), "what": what, **extra})
+
+    def network(self) -> None:
+        _sh("ip", "link", "set", "lo", "up")
+        hosts = ["127.0.0.1 localhost"]
+        for n in self.nodes:
+            _sh("ip", "addr", "add", f"{n['addr']}/32", "dev", "lo")
+            hosts.append(f"{n['addr']} {n['host']}")
+        etc = self.out / "hosts"
+        etc.write_text("\n".join(hosts) + "\n")
+        _sh("mount", "--bind", str(etc), "/etc/hosts")
+
+    def data(self) -> None:
+        """Per-rank data shards, and each node's checkpoint directory (a 64 KiB tmpfs on a node with a full disk)."""
+        rng = np.random.default_rng(self.spec["seed"])
+        cfg, fault = self.spec["config"], self.spec["fault"]
+        data = Path(cfg["data"])
+        data.mkdir(parents=True, exist_ok=True)
+        shards = (cfg["steps"] + 9) // 10
+        for rank in range(len(self.nodes) * self.spec["nproc"]):
+            for index in range(shards):
+                np.save(data / f"shard-{rank:03d}-{index:02d}.npy", rng.normal(size=(160, 33)).astype(np.float32))
+        if fault["kind"] == "missing_shard":
+            rank = fault["node"] * self.spec["nproc"] + fault["rank"]
+            (data / f"shard-{rank:03d}-{(fault['step'] - 1) // 10:02d}.npy").unlink()
+            self.note("shard removed", rank=rank)
+        for i, n in enumerate(self.nodes):
+            ckpt = Path(cfg["ckpt"]) / n["host"]
+            ckpt.mkdir(parents=True, exist_ok=True)
+            if fault["kind"] == "disk_full" and i == fault["node"]:
+                _sh("mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(ckpt))
+                self.note("64 KiB tmpfs on the checkpoint directory")
+
+    def launch(self) -> None:
+        fault, nproc = self.spec["fault"], self.spec["nproc"]
+        head = self.nodes[0]["host"]
+        if fault["kind"] == "port_taken":
+            # another program already listens on the rendezvous port of the head node and never answers
+            squatter = socket.socket()
+            squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            squatter.bind((self.nodes[0]["addr"], RDZV_PORT))
+            squatter.listen(64)
+            self.squatter = squatter
+            self.note("rendezvous port taken", port=RDZV_PORT)
+        for i, n in enumerate(self.nodes):
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("LAB_", "GLOO_", "MASTER_"))}
+            env.update(LAB_CONFIG=json.dumps(self.spec["config"]), LAB_MARK=str(self.out / "marks.jsonl"),
+                       PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+            if i == fault["node"] and fault["kind"] in TRAIN_FAULTS:
+                env["LAB_FAULT"] = json.dumps(fault)
+                if fault["kind"] == "oom_cgroup":
+                    env["LAB_MEMCG"] = self.spec["memcg"]
+            if i == fault["node"] and fault["kind"] == "ifname":
+                env["GLOO_SOCKET_IFNAME"] = fault["ifname"]
+                self.note("GLOO_SOCKET_IFNAME set", value=fault["ifname"])
+            argv = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={len(self.nodes)}",
+                    f"--nproc-per-node={nproc}", "--rdzv-backend=c10d", f"--rdzv-endpoint={head}:{RDZV_PORT}",
+                    f"--rdzv-id=job{self.spec['seed']}", "--max-restarts=0", *self.spec["launcher_args"],
+                    str(TRAIN)]
+            script = f"hostname {n['host']} && exec \"$@\""
+            proc = subprocess.Popen(["unshare", "--uts", "--", "sh", "-c", script, "node", *argv],
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True, cwd=self.out)
+            self.procs[n["host"]] = proc
+            threading.Thread(target=self.pump, args=(n["host"], proc), daemon=True).start()
+            time.sleep(self.spec.get("stagger", 0.0))
+
+    def pump(self, host: str, proc: subprocess.Popen[bytes]) -> None:
+        assert proc.stdout is not None
+        prefix = f"{host}: ".encode()
+        for line in iter(proc.stdout.readline, b""):
+            with self.lock:
+                self.files[host].write(line)
+                self.files[host].flush()
+                self.combined.write(prefix + line)
+                self.combined.flush()
+                if b"step " in line and b"| loss" in line:
+                    self.steps_seen += 1
+
+    def external_fault(self) -> None:
+        """SIGKILL, partition or packet loss on the faulty node once the job has logged `after_steps` step lines."""
+        fault = self.spec["fault"]
+        if fault["kind"] not in ("sigkill", "partition", "packet_loss"):
+            return
+        while self.steps_seen < fault["after_steps"]:
+            if all(p.poll() is not None for p in self.procs.values()):
+                return
+            time.sleep(0.1)
+        node = self.nodes[fault["node"]]
+        if fault["kind"] == "sigkill":
+            # the launcher and every worker (torchrun starts its workers in sessions of their own): the host died
+            top = psutil.Process(self.procs[node["host"]].pid)
+            for proc in [top, *top.children(recursive=True)]:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    proc.kill()
+            self.note("SIGKILL to the node's process group", host=node["host"])
+        else:
+            extra = ["-m", "statistic", "--mode", "random", "--probability", str(fault.get("loss", 1.0))] \
+                if fault["kind"] == "packet_loss" else []
+            for chain, side in (("INPUT", "-s"), ("OUTPUT", "-s"), ("INPUT", "-d")):
+                _sh("iptables", "-A", chain, side, node["addr"], *extra, "-j", "DROP")
+            self.note(f"iptables DROP {node['addr']}" + (f" p={fault['loss']}" if extra else ""), host=node["host"])
+
+    def run(self) -> dict:
+        started = time.time()
+        self.network()
+        self.data()
+        self.launch()
+        watcher = threading.Thread(target=self.external_fault, daemon=True)
+        watcher.start()
+        deadline = started + self.spec["deadline_s"]
+        while time.time() < deadline and any(p.poll() is None for p in self.procs.values()):
+            time.sleep(0.2)
+        timed_out = [h for h, p in self.procs.items() if p.poll() is None]
+        if timed_out:
+            self.note("job deadline: the lab stops the nodes still running", hosts=timed_out)
+        for host in timed_out:  # as an operator ends a hung job: SIGTERM, then SIGKILL
+            os.killpg(self.procs[host].pid, signal.SIGTERM)
+        end = time.time() + STOP_GRACE_S
+        while time.time() < end and any(p.poll() is None for p in self.procs.values()):
+            time.sleep(0.2)
+        for p in self.procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=10)
+        time.sleep(0.5)  # the pumps drain the pipes
+        with self.lock:
+            self.combined.close()
+            for fh in self.files.values():
+                fh.close()
+        return {"started": started, "ended": time.time(), "timed_out": timed_out, "events": self.events,
+                "exit": {h: p.returncode for h, p in self.procs.items()}}
+
+
+TRAIN_FAULTS = ("exception", "exit", "hang", "nan", "oom_rlimit", "oom_cgroup", "missing_shard", "disk_full")
+
+
+def main() -> int:
+    spec_path = Path(sys.argv[1])
+    spec = json.loads(spec_path.read_text())
+    outcome = Job(spec, spec_path.parent).run()
+    (spec_path.parent / "outcome.json").write_text(json.dumps(outcome, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""The fault lab (`make lab`): real multi-node training jobs on this machine, one real fault each.
+
+    python -m eval.lab.run --out eval/lab/jobs --seed 1 --jobs 60 [--kinds exception,sigkill] [--launcher torchrun]
+
+Per job, under OUT/<seed>-<k>/: logs/<host>.log (each node's launcher stdout+stderr), combined.out (every node's
+lines as they arrived, behind `host: `), truth.json (faulty node, fault, stage, time, what the lab did, knobs),
+pasted.txt (what a customer pastes: the first failing node's last lines and the launcher's failure summary), and
+spec.json. A job is drawn from (seed, k) alone, so a seed range reproduces its jobs; each job is bounded by its
+deadline plus a hard timeout on the namespace it runs in, and its cgroups and data are removed afterwards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+KINDS = ("exception", "exit", "sigkill", "hang", "nan", "oom_rlimit", "oom_cgroup", "missing_shard", "disk_full",
+         "ifname", "port_taken", "partition")
+STAGE = {"ifname": "init", "port_taken": "init", "disk_full": "checkpointing"}  # the others: training
+HOST_STYLES = ("gpu-node-{:02d}", "worker{}", "dgx-a{:02d}", "trn{:03d}", "compute-{}")
+MEMCG = Path("/sys/fs/cgroup/memory")
+HARD_MARGIN_S = 40
+
+
+def draw(seed: int, k: int, kinds: tuple[str, ...], launcher: str) -> dict:
+    """A job's spec from (seed, k): nodes, ranks, log style, the fault and where and when it strikes."""
+    rng = random.Random(seed * 100_003 + k)
+    kind = kinds[k % len(kinds)] if len(kinds) > 1 else kinds[0]
+    n_nodes = rng.choice((2, 2, 3, 3, 4, 4, 5, 6, 8))
+    nproc = 2 if n_nodes <= 4 else 1
+    style = rng.choice(HOST_STYLES)
+    first = rng.randint(1, 20)
+    net = rng.randint(1, 250)
+    nodes = [{"host": style.format(first + i), "addr": f"127.0.{net}.{10 + i}"} for i in range(n_nodes)]
+    steps = rng.choice((40, 50, 60))
+    config = {"steps": steps, "every_rank": rng.random() < 0.4, "style": rng.choice(("print", "logging")),
+              "timeout": rng.choice((15, 20, 25)), "log_every": rng.choice((1, 1, 2)),
+              "ckpt_every": rng.choice((10, 15, 10**9)), "pause": rng.choice((0.2, 0.3, 0.4))}
+    node = 0 if kind == "port_taken" else rng.randrange(n_nodes)
+    fault: dict = {"kind": kind, "node": node, "rank": rng.randrange(nproc),
+                   "step": rng.randint(5, steps - 8), "after_steps": rng.randint(5, steps // 3)}
+    if kind == "missing_shard":
+        fault["step"] = rng.choice([s for s in (11, 21, 31) if s < steps])
+    if kind == "disk_full":
+        config["ckpt_every"] = rng.choice((5, 10, 15))
+        fault["rank"] = 0  # node-local rank 0 writes the node's checkpoint
+        fault["step"] = config["ckpt_every"]
+    if kind == "exit":
+        fault["code"] = rng.choice((1, 3, 7))
+    if kind == "ifname":
+        fault["ifname"] = rng.choice(("eth0", "ib0", "ens5f0"))
+    args = ["--tee=3"] if rng.random() < 0.5 else []
+    return {"seed": seed, "k": k, "launcher": launcher, "nodes": nodes, "nproc": nproc, "config": config,
+            "fault": fault, "launcher_args": args, "deadline_s": 60 + 6 * n_nodes, "stagger": rng.random() * 0.5}
+
+
+def run_job(spec: dict, out: Path) -> dict:
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    spec["config"]["data"] = str(out / "data")
+    spec["config"]["ckpt"] = str(out / "ckpt")
+    memcg = MEMCG / f"aidai-lab-{spec['seed']}-{spec['k']}"
+    if spec["fault"]["kind"] == "oom_cgroup":
+        memcg.mkdir(exist_ok=True)
+        spec["memcg"] = str(memcg)
+    (out / "spec.json").write_text(json.dumps(spec, indent=1))
+    argv = ["unshare", "--net", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
+            sys.executable, "-m", "eval.lab.job", str(out / "spec.json")]
+    began = time.time()
+    try:
+        # --kill-child: the namespace's PID 1 dies with unshare, and the kernel then kills every process in it
+        proc = subprocess.run(argv, cwd=ROOT, timeout=spec["deadline_s"] + HARD_MARGIN_S, capture_output=True)
+        harness = proc.stderr.decode(errors="replace")[-2000:]
+    except subprocess.TimeoutExpired:
+        harness = "hard timeout: the job's namespace was killed"
+    finally:
+        shutil.rmtree(out / "data", ignore_errors=True)
+        shutil.rmtree(out / "ckpt", ignore_errors=True)
+        if memcg.exists():
+            for _ in range(50):
+                try:
+                    memcg.rmdir()
+                    break
+                except OSError:  # the killed processes leave the cgroup a moment later
+                    time.sleep(0.2)
+    outcome = json.loads((out / "outcome.json").read_text()) if (out / "outcome.json").exists() else {}
+    truth = _truth(spec, out, outcome, began, harness)
+    (out / "truth.json").write_text(json.dumps(truth, indent=1))
+    (out / "pasted.txt").write_text(pasted_text(out))
+    return truth
+
+
+def _truth(spec: dict, out: Path, outcome: dict, began: float, harness: str) -> dict:
+    fault = spec["fault"]
+    marks = []
+    if (out / "marks.jsonl").exists():
+        marks = [json.loads(ln) for ln in (out / "marks.jsonl").read_text().splitlines() if ln.strip()]
+    applied = [e for e in outcome.get("events", []) if not e["what"].startswith("job deadline")]
+    when = [m["time"] for m in marks] + [e["time"] for e in applied]
+    node = spec["nodes"][fault["node"]]
+    return {"faulty_node": node["host"], "faulty_addr": node["addr"], "fault": fault["kind"],
+            "stage": STAGE.get(fault["kind"], "training"), "launcher": spec["launcher"],
+            "fault_time": min(when) if when else None, "fired": bool(marks) or bool(applied),
+            "marks": marks, "lab_actions": outcome.get("events", []), "exit": outcome.get("exit", {}),
+            "timed_out": outcome.get("timed_out", []), "started": outcome.get("started", began),
+            "ended": outcome.get("ended", time.time()), "nodes": spec["nodes"], "nproc": spec["nproc"],
+            "knobs": {**spec["config"], "launcher_args": spec["launcher_args"], "fault": fault},
+            "harness_stderr": harness if not outcome else ""}
+
+
+_FAILURE = re.compile(r"Traceback|Error|error|failed|FAILED|Killed|Signal|exitcode", re.M)
+_SUMMARY = re.compile(r"^(?:\S+: )?(?:torch\.distributed\.elastic\.multiprocessing\.errors\.)?ChildFailedError",
+                      re.M)
+
+
+def pasted_text(out: Path, tail: int = 30) -> str:
+    """What a customer pastes: the last lines of the first node whose output shows a failure (in the order the lines
+    arrived) and the launcher's failure summary (the ChildFailedError block). Read from the logs, not the truth."""
+    combined = (out / "combined.out").read_text(errors="replace").splitlines() if (out / "combined.out").exists() \
+        else []
+    first = next((ln.split(": ", 1)[0] for ln in combined if ": " in ln and _FAILURE.search(ln.split(": ", 1)[1])),
+                 None)
+    if first is None:
+        return "\n".join(ln.split(": ", 1)[-1] for ln in combined[-tail:]) + "\n"
+    mine = [ln.split(": ", 1)[1] for ln in combined if ln.startswith(first + ": ")]
+    text = mine[-tail:]
+    summary_at = next((i for i, ln in enumerate(combined) if _SUMMARY.search(ln)), None)
+    if summary_at is not None and not any("ChildFailedError" in ln for ln in text):
+        host = combined[summary_at].split(": ", 1)[0]
+        block = [ln.split(": ", 1)[1] for ln in combined[summary_at:] if ln.startswith(host + ": ")][:25]
+        text += ["", *block]
+    return "\n".join(text) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=ROOT.parent / "lab-jobs")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--jobs", type=int, default=len(KINDS))
+    ap.add_argument("--first", type=int, default=0, help="first job index k")
+    ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--launcher", default="torchrun", choices=("torchrun",))
+    args = ap.parse_args()
+    kinds = tuple(args.kinds.split(","))
+    for k in range(args.first, args.first + args.jobs):
+        spec = draw(args.seed, k, kinds, args.launcher)
+        began = time.time()
+        truth = run_job(spec, args.out / f"{args.seed}-{k:03d}")
+        print(f"{args.seed}-{k:03d} {truth['fault']:<14} {len(spec['nodes'])}x{spec['nproc']} "
+              f"faulty {truth['faulty_node']:<14} fired {truth['fired']!s:<5} timed_out {len(truth['timed_out'])} "
+              f"{time.time() - began:.0f}s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
