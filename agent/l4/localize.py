@@ -297,7 +297,8 @@ def _stage(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray, on
         # stage marker L4 knows (a user's `step N/M | loss X` print, a progress bar)
         if stage in ("init", "loading") and 0 <= scan.progress_start <= line:
             stage = "training"
-        at.append(stage)
+        if len(hits) or stage == "training":  # a quiet file that ends in a summary is not a vanished node
+            at.append(stage)
     return stages.failed_stage(at)
 
 

@@ -81,7 +81,7 @@ def verdicts(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray) 
             elif failed[k]:
                 node.peer_gone |= PEER_GONE.search(example) is not None
                 node.timed_out |= TIMED_OUT.search(example) is not None
-    if len(nodes) < 2 or not any(v.report or v.agent for v in nodes.values()):
+    if len(nodes) < 2 or not any(v.agent for v in nodes.values()):
         return []  # no launcher verdict to read (the simulated NCCL jobs: the counts and peer names decide)
     failing = [n for n, v in nodes.items() if v.failing or v.report]
     vanished = [n for n, v in nodes.items() if not v.failing and not v.report]
