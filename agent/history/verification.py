@@ -10,9 +10,11 @@ here writes a script or runs anything; mined text never becomes a command line.
 
 from __future__ import annotations
 
+import ast
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from agent.checks.manifest import Manifest, load_manifest
@@ -91,18 +93,41 @@ def mine_commands(text: str, incident: str) -> list[MinedCommand]:
     return out
 
 
+def _helpers(folder: Path) -> dict[str, set[str]]:
+    """`module.function` -> the tools it runs (`check.run(["tool", ...])`), for the shared helpers (checklib*.py)
+    the check scripts call: a tool a script runs through a helper (checklib.loaded_modules runs lsmod) is that
+    script's tool too."""
+    out: dict[str, set[str]] = {}
+    for path in sorted(folder.glob(f"{_LIB_PREFIX}*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef):
+                out[f"{path.stem}.{node.name}"] = {
+                    call.args[0].elts[0].value for call in ast.walk(node)
+                    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "run"
+                    and call.args and isinstance(call.args[0], ast.List) and call.args[0].elts
+                    and isinstance(call.args[0].elts[0], ast.Constant) and isinstance(call.args[0].elts[0].value, str)}
+    return out
+
+
 def _script_words(manifest: Manifest) -> dict[str, tuple[set[str], str]]:
-    """Per check: the words of its script and description, and that text (read once per manifest object)."""
+    """Per check: the words of its script and description, and that text with the tools the helpers it calls run
+    (read once per manifest object)."""
     if id(manifest) in _WORDS:
         return _WORDS[id(manifest)][1]
     out: dict[str, tuple[set[str], str]] = {}
+    helpers: dict[Path, dict[str, str]] = {}
     for spec in manifest.checks:
         try:
             source = spec.script_path.read_text()
         except OSError:
             source = ""
+        folder = spec.script_path.parent
+        if folder not in helpers:
+            helpers[folder] = _helpers(folder)
+        called = dict.fromkeys(re.findall(rf"\b({_LIB_PREFIX}\w*\.\w+)\(", source))
+        tools = sorted({tool for name in called for tool in helpers[folder].get(name, set())})
         text = f"{source}\n{spec.description}"
-        out[spec.id] = (set(re.findall(r"[a-z][a-z0-9_.-]+", text.lower())), text)
+        out[spec.id] = (set(re.findall(r"[a-z][a-z0-9_.-]+", text.lower())), "\n".join([text, *tools]))
     _WORDS[id(manifest)] = (manifest, out)  # the manifest is kept so that its id is not reused
     return out
 
