@@ -8,8 +8,10 @@ them), so an installed aidai never depends on a checkout's layout. Every reader 
 
 from __future__ import annotations
 
+import importlib.util
 from importlib.resources import files
 from pathlib import Path
+from types import ModuleType
 
 # A pip/pipx install unpacks the wheel on disk, and the scripts must be real files (run as subprocesses, uploaded
 # over SFTP), so the package's location is used as a directory.
@@ -22,3 +24,13 @@ RESOURCES = BUNDLED if INSTALLED else ROOT
 SCRIPTS_DIR = RESOURCES / "verification_scripts"
 TAXONOMY_DIR = RESOURCES / "taxonomy"
 KNOWLEDGE_DIR = RESOURCES / "knowledge"
+
+
+def load_script(name: str) -> ModuleType:
+    """A module of the verification scripts (`checklib`, `checklib_record` ...), loaded from SCRIPTS_DIR under a
+    private name: they are stdlib-only files shipped to hosts, not part of the package."""
+    spec = importlib.util.spec_from_file_location(f"aidai_{name}", SCRIPTS_DIR / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

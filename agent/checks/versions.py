@@ -4,21 +4,11 @@ every node with the scripts, so python3-stdlib only); here it is loaded from the
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
-from agent.paths import SCRIPTS_DIR
+from agent.paths import load_script
 
-
-def _checklib() -> Any:
-    spec = importlib.util.spec_from_file_location("aidai_checklib", SCRIPTS_DIR / "checklib.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_lib = _checklib()
+_lib = load_script("checklib")
 vkey = _lib.vkey
 pattern_matches = _lib.pattern_matches
 

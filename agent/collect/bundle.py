@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.util
 import io
 import json
 import tarfile
@@ -15,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.paths import SCRIPTS_DIR
+from agent.paths import load_script
 
 FORMAT = "aidai-host-bundle/1"
 MAX_MEMBER_BYTES = 512 << 20  # a bundle is a few MB; anything near this is not one
@@ -44,20 +43,12 @@ class HostRecording:
 
     def replay(self) -> dict[str, Any]:
         """The file checklib_record.Replay reads: commands keyed as the checks look them up."""
-        key = _record_lib().key
+        key = load_script("checklib_record").key
         runs: dict[str, Any] = {}
         for entry in self.runs:
             runs.setdefault(key(entry["run"]), entry)
         return {"runs": runs, "files": self.files, "exists": self.exists, "listdir": self.listdir,
                 "which": self.which, "euid": self.euid, "collected_at": self.collected_at}
-
-
-def _record_lib() -> Any:
-    spec = importlib.util.spec_from_file_location("aidai_checklib_record", SCRIPTS_DIR / "checklib_record.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def load(path: Path) -> HostRecording:
