@@ -16,7 +16,7 @@ from agent.paths import SCRIPTS_DIR
 
 TEMPLATE = Path(__file__).with_name("collector.py")
 PAYLOAD_LINE = re.compile(r"^PAYLOAD = \{\}.*$", re.M)
-# substrings that gate agent/redact.py's keyword rules (its _KEYWORD_GATE, as plain needles)
+# substrings that gate agent/redact_rules.py's keyword rules (its KEYWORD_GATE, as plain needles)
 KEYWORD_NEEDLES = ("pass", "pwd", "secret", "token", "key", "credential", "sas", "signature", "contrase", "_id",
                    "login", "crumb")
 
@@ -35,12 +35,13 @@ def scripts_archive() -> str:
 
 
 def secret_rules() -> list[tuple[str, str, int, tuple[str, ...]]]:
-    """agent/redact.py's own secret patterns (stdlib `re`), so the host redacts as aidai does; detect-secrets'
+    """agent/redact_rules.py's own secret patterns (stdlib `re`), so the host redacts as aidai does; detect-secrets'
     plugins and the name rules run again when aidai reads the bundle."""
-    from agent import redact
+    from agent import redact_rules
 
-    rules = [(kind, p.pattern, p.flags, needles) for kind, p, needles in [*redact._BLOCK_SECRETS, *redact._SECRETS]]
-    rules += [(kind, p.pattern, p.flags, KEYWORD_NEEDLES) for kind, p in redact._KEYWORD_RULES]
+    rules = [(kind, p.pattern, p.flags, needles)
+             for kind, p, needles in [*redact_rules.BLOCK_SECRETS, *redact_rules.SECRETS]]
+    rules += [(kind, p.pattern, p.flags, KEYWORD_NEEDLES) for kind, p in redact_rules.KEYWORD_RULES]
     return rules
 
 
