@@ -76,6 +76,7 @@ demo: install
 bench: install bench-diagnosis bench-hosts bench-l4 bench-reveal bench-kaiops bench-history bench-server bench-fanout
 	$(BIN)/python -m eval.bench_checks
 	$(BIN)/python -m eval.bench_safety
+	$(BIN)/python -m eval.bench_redact --out eval/results/redact.md
 	$(BIN)/python -m eval.bench_tickets --incidents $(DEV_INCIDENTS)
 	$(BIN)/python -m eval.bench_cold --runs 3 --before-commit 83d19f7 --out eval/results/cold.md
 
