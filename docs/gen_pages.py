@@ -131,7 +131,9 @@ def taxonomy_page(tree: dict[str, Any] | None = None) -> str:
     for path, node in nodes:
         label = ".".join(path)
         depth = len(path)
-        out.append(f"\n{'#' * (depth + 1)} {label} {{ #{anchor(label)} }}\n\n")
+        out.append(f"\n{'#' * (depth + 1)} {node['name']} {{ #{anchor(label)} }}\n\n")
+        if depth > 1:
+            out.append(f"`{label}`{' (leaf)' if not node.get('children') else ''}\n\n")
         out.append(f"{node.get('description', '').strip()}\n\n")
         facts = []
         if node.get("severity"):
