@@ -1,15 +1,18 @@
 """The docs' reference pages, generated from the data they describe (issue 37).
 
 `verification_scripts/manifest.yaml` → reference/checks.md, `verification_scripts/profiles.yaml` →
-reference/profiles.md, `taxonomy/taxonomy.json` → reference/taxonomy.md; and the figures benchmarks drew into
+reference/profiles.md, `taxonomy/taxonomy.json` → reference/taxonomy.md, every fault lab table
+(eval/results/l4-lab*.md) → benchmarks/l4-lab.md; and the figures benchmarks drew into
 eval/results/ (IMAGES), served as they are. mkdocs runs this file as a hook
 (`hooks:` in mkdocs.yml): `on_files` adds the pages to the build, so they are never committed and never stale.
-`python docs/gen_pages.py DIR` writes the same pages into DIR (to read them without building the site).
+`python docs/gen_pages.py DIR` writes the same pages into DIR (to read them without building the site);
+`python docs/gen_pages.py --readme` copies the benchmark tables the README shows from their files again.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -156,8 +159,58 @@ def taxonomy_page(tree: dict[str, Any] | None = None) -> str:
     return "".join(out)
 
 
+LAB_INTRO = """# Fault lab
+
+`make lab` (root; `eval/lab/`) runs real torchrun (c10d rendezvous, gloo, a small DDP model) on 2–8 "nodes" a job,
+each node its own UTS namespace and hostname with its own 127.0.X.Y in one network namespace per job, and injects
+one real fault a job: an exception, an exit without traceback, SIGKILL of a node, a hang, a NaN guard, OOM, a missing
+shard, a full tmpfs, a wrong `GLOO_SOCKET_IFNAME`, a taken rendezvous port, an iptables partition. Each job keeps
+per-node logs, a pdsh-style combined output, `truth.json` and the text a customer pastes; L4 is then judged on them
+(`python -m eval.l4.lab`). This is the benchmark of record for L4.
+"""
+
+
+def lab_page() -> str:
+    """The fault lab's page: every table the lab wrote (eval/results/l4-lab*.md, l4-lab.md first), included."""
+    tables = sorted((ROOT / "eval" / "results").glob("l4-lab*.md"), key=lambda p: (p.name != "l4-lab.md", p.name))
+    return LAB_INTRO + "".join(f'\n--8<-- "{p.relative_to(ROOT)}"\n' for p in tables)
+
+
+# ---- the README's benchmark tables: copied from the files the benchmarks wrote (GitHub shows no includes) ----------
+# A marker names the file, the line the table follows there, and optionally the rows to keep (by their first cell):
+#   <!-- table from eval/results/diagnosis/seed.md after "## Accuracy" -->
+#   <!-- table from eval/results/diagnosis/attribution.md after "## Conclusions ..." rows "| shipped" -->
+MARKER = re.compile(r'^<!-- table from (\S+) after "([^"]+)"(?: rows "([^"]+)")? -->$')
+
+
+def table_after(path: Path, heading: str, rows: str | None = None) -> list[str]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    start = lines.index(heading)
+    table = []
+    for line in lines[start + 1:]:
+        if line.startswith("|"):
+            table.append(line)
+        elif table:
+            break
+    return table[:2] + [row for row in table[2:] if rows is None or row.startswith(rows)]
+
+
+def sync_readme(text: str) -> str:
+    """The README with every marked table replaced by the current rows of its file."""
+    lines, out, i = text.splitlines(), [], 0
+    while i < len(lines):
+        out.append(lines[i])
+        match = MARKER.match(lines[i])
+        i += 1
+        if match:
+            out += table_after(ROOT / match.group(1), match.group(2), match.group(3))
+            while i < len(lines) and lines[i].startswith("|"):
+                i += 1
+    return "\n".join(out) + ("\n" if text.endswith("\n") else "")
+
+
 PAGES = {"reference/checks.md": checks_page, "reference/profiles.md": profiles_page,
-         "reference/taxonomy.md": taxonomy_page}
+         "reference/taxonomy.md": taxonomy_page, "benchmarks/l4-lab.md": lab_page}
 # figures a benchmark drew into eval/results/, served under docs' img/ (a page shows them as ../img/NAME)
 IMAGES = {"img/growth_fixture.png": ROOT / "eval" / "results" / "history" / "growth_fixture.png"}
 
@@ -173,8 +226,12 @@ def on_files(files: Any, config: Any) -> Any:  # mkdocs hook
 
 
 def main(argv: list[str]) -> int:
+    if argv == ["--readme"]:  # after a benchmark: copy its new rows into README.md
+        readme = ROOT / "README.md"
+        readme.write_text(sync_readme(readme.read_text(encoding="utf-8")), encoding="utf-8")
+        return 0
     if len(argv) != 1:
-        print("usage: python docs/gen_pages.py OUTDIR", file=sys.stderr)
+        print("usage: python docs/gen_pages.py OUTDIR | --readme", file=sys.stderr)
         return 2
     for path, make in PAGES.items():
         target = Path(argv[0]) / path
