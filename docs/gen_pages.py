@@ -161,12 +161,12 @@ def taxonomy_page(tree: dict[str, Any] | None = None) -> str:
 
 LAB_INTRO = """# Fault lab
 
-`make lab` (root; `eval/lab/`) runs real torchrun (c10d rendezvous, gloo, a small DDP model) on 2–8 "nodes" a job,
-each node its own UTS namespace and hostname with its own 127.0.X.Y in one network namespace per job, and injects
-one real fault a job: an exception, an exit without traceback, SIGKILL of a node, a hang, a NaN guard, OOM, a missing
-shard, a full tmpfs, a wrong `GLOO_SOCKET_IFNAME`, a taken rendezvous port, an iptables partition. Each job keeps
-per-node logs, a pdsh-style combined output, `truth.json` and the text a customer pastes; L4 is then judged on them
-(`python -m eval.l4.lab`). This is the benchmark of record for L4.
+`make lab` (root; `eval/lab/`) runs real distributed training jobs (torchrun and other launchers, gloo on CPU) on
+2–8 "nodes" a job, each node its own UTS namespace and hostname with its own 127.0.X.Y in one network namespace per
+job, and injects one real fault a job (a crash, a killed or vanished node, a hang, OOM, a full disk, a wrong network
+interface, a network partition …; the tables name each). Each job keeps per-node logs, a pdsh-style combined output,
+`truth.json` and the text a customer pastes; L4 is then judged on them (`python -m eval.l4.lab`). This is the
+benchmark of record for L4; every table the lab wrote (`eval/results/l4-lab*.md`) is below.
 """
 
 
