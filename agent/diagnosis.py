@@ -12,25 +12,22 @@ report can show the real values; it never leaves the machine) and, when it confi
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from agent import pretriage
+from agent.agents.context import AgentTools, Emit
 from agent.audit import AuditLog, audit_path, local_user
 from agent.bundle import BundledCause, BundleInfo, Spool, confirming, write_bundle
 from agent.checkpoints import open_store
-from agent.checks.runner import DEFAULT_PARALLEL_HOSTS, CheckRunner
+from agent.checks.runner import CheckRunner
 from agent.executors.hosts import SshOptions, executors_for
-from agent.graph.build import Approval, DiagnosisGraph, Emit, GraphTools
+from agent.graph.build import DiagnosisGraph
 from agent.graph.state import DiagnosisState, incident_time, initial_state, load_results
 from agent.incident import Incident
-from agent.limits import Limits
+from agent.options import DiagnoseOptions, data_dir
 from agent.preflight.collect import CHECKS as PREFLIGHT_CHECKS
 from agent.reasoning.base import KBPassage, LeafJudgement, PastIncident, Reasoner
 from agent.reasoning.factory import make_reasoner
@@ -38,6 +35,7 @@ from agent.reasoning.offline import OfflineReasoner
 from agent.reasoning.prompts import PROMPT_VERSION
 from agent.redact import Redactor
 from agent.report import Report, build_report
+from agent.runs import RunNotFound, mapping_path, new_run_id, runs_dir, save_run, ssh_users
 from agent.slurm.jobs import jobs_of
 from agent.taxonomy import Taxonomy, load_taxonomy
 from agent.textinput import save_files
@@ -45,49 +43,6 @@ from agent.textinput import save_files
 log = logging.getLogger(__name__)
 RECURSION_LIMIT = 5000  # one super-step per DFS move: a full walk of the taxonomy is ~400 steps
 Answer = Callable[[dict[str, Any]], Any]  # an interrupt's payload -> the user's answer
-
-
-class RunNotFound(LookupError):
-    pass
-
-
-@dataclass
-class DiagnoseOptions:
-    hosts: list[str] = field(default_factory=lambda: ["local"])
-    ssh: dict[str, Any] = field(default_factory=dict)  # SshOptions fields
-    approval: Approval = "none"  # active/intrusive checks: run all, none, or ask (an interrupt)
-    llm: str = "offline"
-    base_url: str | None = None
-    model: str | None = None
-    profile: str | None = None
-    data_dir: str | None = None
-    chroma_url: str | None = None
-    history: bool = True  # pipeline 1 (similar past incidents)
-    seed: bool = True  # the bundled seed incidents are part of the history
-    knowledge: bool = True  # pipeline 3's knowledge base
-    kb_dir: str | None = None  # markdown KB to read instead of the bundled knowledge/kb
-    max_feedback_rounds: int = 0  # exploration questions asked before escalating (0: none, batch runs)
-    # see agent/pretriage.py
-    pretriage: list[str] = field(default_factory=lambda: ["preflight", "l4", "reveal", "kaiops", "prometheus"])
-    prometheus: str | None = None  # http://HOST:9090 of the fleet's Prometheus (dcgm-exporter metrics) for pre-triage
-    checkpoint: bool = True
-    # per-investigation limits (None: unlimited); a limit reached concludes the run with the reason
-    max_checks: int | None = None
-    max_wall_s: float | None = None
-    max_llm_tokens: int | None = None
-    operator: str = ""  # who started the run (approver of record under approval all/none); default: the OS user
-    redact_llm: bool = True  # redact every prompt sent to an LLM (reversibly, the mapping stays local)
-    checkpoint_url: str | None = None  # postgresql://...: the team's Postgres instead of SQLite in the data dir
-    max_parallel_hosts: int = DEFAULT_PARALLEL_HOSTS  # hosts checked at once (eval/bench_fanout.py)
-
-    def limits(self) -> Limits:
-        return Limits(max_checks=self.max_checks, max_wall_s=self.max_wall_s, max_llm_tokens=self.max_llm_tokens)
-
-
-def data_dir(options: DiagnoseOptions) -> Path:
-    from agent.knowledge.store import default_data_dir
-
-    return Path(options.data_dir) if options.data_dir else default_data_dir()
 
 
 class Retrieval:
@@ -137,7 +92,7 @@ class Diagnoser:
         self.redactor: Redactor | None = None
         self.run_id: str | None = None
         self.spool: Spool | None = None  # every check's whole output until the evidence bundle is written
-        self.tools = GraphTools(
+        self.tools = AgentTools(
             taxonomy=self.taxonomy, reasoner=self.reasoner, runner=self.runner,
             retrieve=self.retrieval.similar if self.options.history else None,
             kb_query=self.retrieval.passages if self.options.knowledge else None,
@@ -146,10 +101,8 @@ class Diagnoser:
             max_feedback_rounds=self.options.max_feedback_rounds, limits=self.options.limits(),
             audit=self._audit, operator=self.operator, preserve=self._preserve,
             reader=self.reasoner if isinstance(self.reasoner, OfflineReasoner) else offline)
-        if hasattr(self.reasoner, "token_budget"):
-            self.reasoner.token_budget = self.options.max_llm_tokens
-        if hasattr(self.reasoner, "on_call"):
-            self.reasoner.on_call = self._audit
+        self.reasoner.token_budget = self.options.max_llm_tokens
+        self.reasoner.on_call = self._audit
         self._close_store: Callable[[], None] | None = None
         self._graph: Any = None
         # a team's Postgres store is opened (and refused, when unusable) here, as soon as the options are known; the
@@ -186,7 +139,7 @@ class Diagnoser:
         if self.options.checkpoint:
             save_run(self.options, run_id, incident)
         self._audit({"event": "run", "operator": self.operator, "hosts": list(self.runner.executors),
-                     "approval": self.options.approval, "reasoner": getattr(self.reasoner, "name", "offline"),
+                     "approval": self.options.approval, "reasoner": self.reasoner.name,
                      "model": self.options.model if self.options.llm != "offline" else None,
                      "prompt_version": PROMPT_VERSION, "limits": self.tools.limits.as_dict(),
                      "redact_llm": self.options.redact_llm}
@@ -200,9 +153,7 @@ class Diagnoser:
         prefetch = getattr(self.runner, "prefetch", None)
         if prefetch is None:  # a stand-in runner
             return
-        at = incident_time(incident.model_dump(mode="json"))
-        if "incident_at" not in self.runner.params and at is not None:  # as the graph's guard would set it
-            self.runner.params["incident_at"] = at
+        self.runner.judge_events_at(incident_time(incident.model_dump(mode="json")))  # as the graph's guard does
         limited = self.options.max_checks is not None or self.options.max_wall_s is not None
         prefetch(PREFLIGHT_CHECKS if "preflight" in self.options.pretriage and not limited else ())
 
@@ -266,15 +217,14 @@ class Diagnoser:
                                  usernames=[self.operator, *ssh_users(self.options.hosts)])
         if self.options.checkpoint:
             self.redactor.load(mapping_path(self.options, run_id))
-        if hasattr(self.reasoner, "redactor"):
-            self.reasoner.redactor = self.redactor if self.options.redact_llm else None
+        self.reasoner.redactor = self.redactor if self.options.redact_llm else None
 
     def _audit(self, event: dict[str, Any]) -> None:
         if self.audit is not None:
             self.audit.append(event)
 
     def _preserve(self, state: DiagnosisState, causes: list[tuple[str, LeafJudgement]]) -> dict[str, Any] | None:
-        """The evidence bundle of the confirmed causes (GraphTools.preserve), its manifest's hash in the audit log.
+        """The evidence bundle of the confirmed causes (AgentTools.preserve), its manifest's hash in the audit log.
         A bundle that cannot be written is said so in the report, the ticket and the log; the diagnosis goes on."""
         if not self.options.checkpoint or self.run_id is None or self.spool is None:
             return None
@@ -295,8 +245,8 @@ class Diagnoser:
             self.redactor.save(mapping_path(self.options, run_id))
 
     def _report(self, run_id: str, values: dict[str, Any], seconds: float) -> Report:
-        return build_report(run_id, values, self.taxonomy, usage=getattr(self.reasoner, "usage", None),
-                            reasoner=getattr(self.reasoner, "name", "offline"), wall_s=seconds)
+        return build_report(run_id, values, self.taxonomy, usage=self.reasoner.usage,
+                            reasoner=self.reasoner.name, wall_s=seconds)
 
     def _config(self, run_id: str) -> dict[str, Any]:
         return {"configurable": {"thread_id": run_id}, "recursion_limit": RECURSION_LIMIT}
@@ -314,77 +264,3 @@ class Diagnoser:
         if self._close_store is not None:
             self._close_store()
             self._close_store = None
-
-
-# ---- saved runs -------------------------------------------------------------------------------------------
-def runs_dir(options: DiagnoseOptions) -> Path:
-    return data_dir(options) / "runs"
-
-
-def mapping_path(options: DiagnoseOptions, run_id: str) -> Path:
-    return runs_dir(options) / f"{run_id}.redaction.json"
-
-
-def run_ticket(report: Report, options: DiagnoseOptions, own_hosts: bool = False) -> dict[str, Any]:
-    """The run's redacted ticket, with the placeholders the LLM saw (the run's mapping); values first seen in the
-    ticket join the mapping, so the local report can restore them too.
-
-    OWN_HOSTS: the reader owns the hosts the run checked (the provider's on-call page for its own nodes): their names
-    stay, since the action "reset GPU3 on <host-1>" is useless to the one who must do it. Secrets and every other
-    name stay redacted."""
-    from agent.ticket import ticket_data
-    from agent.verify import load_rounds
-
-    rounds = load_rounds(runs_dir(options), report.run_id) if options.checkpoint else []
-    redactor = Redactor(hostnames=report.hosts, usernames=[options.operator or local_user(),
-                                                           *ssh_users(options.hosts),
-                                                           *(by for r in rounds if (by := r.get("by")))])
-    path = mapping_path(options, report.run_id)
-    redactor.load(path)
-    data = ticket_data(report, redactor=redactor, verifications=rounds)
-    if options.checkpoint:
-        redactor.save(path)
-    if own_hosts:
-        data = redactor.restore_names(data, [*report.hosts, *(e.hostname for e in report.inventory if e.hostname)])
-    return data
-
-
-def ssh_users(specs: list[str]) -> list[str]:
-    """The login names the host specs carry (ssh://USER@..., slurm:JOBID?user=USER): redacted like host names."""
-    from urllib.parse import parse_qs, urlsplit
-
-    users = [u for s in specs if s.startswith("ssh://") and (u := urlsplit(s).username)]
-    return users + [u[-1] for s in specs if s.startswith("slurm:") and (u := parse_qs(s.partition("?")[2]).get("user"))]
-
-
-def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
-
-
-def save_run(options: DiagnoseOptions, run_id: str, incident: Incident) -> Path:
-    path = runs_dir(options) / f"{run_id}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"run_id": run_id, "options": asdict(options),
-                                "incident": incident.model_dump(mode="json")}, indent=1))
-    return path
-
-
-def saved_state(options: DiagnoseOptions, run_id: str) -> dict[str, Any]:
-    """A run's last checkpointed state, read without its hosts, reasoner or knowledge stores ({} when none)."""
-    taxonomy = load_taxonomy()
-    saver, close = open_store(options.checkpoint_url, runs_dir(options) / "checkpoints.sqlite")
-    try:
-        tools = GraphTools(taxonomy=taxonomy, reasoner=OfflineReasoner(taxonomy), runner=CheckRunner([]))
-        graph = DiagnosisGraph(tools).build(saver)
-        state = graph.get_state({"configurable": {"thread_id": run_id}})
-        return dict(state.values or {})
-    finally:
-        close()
-
-
-def load_run(run_id: str, data: str | None = None) -> tuple[DiagnoseOptions, Incident]:
-    path = runs_dir(DiagnoseOptions(data_dir=data)) / f"{run_id}.json"
-    if not path.is_file():
-        raise RunNotFound(f"no run {run_id!r} in {path.parent}")
-    saved = json.loads(path.read_text())
-    return DiagnoseOptions(**saved["options"]), Incident.model_validate(saved["incident"])

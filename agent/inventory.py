@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from agent.checks.manifest import CheckSpec, load_profiles, profile
 from agent.executors.base import Executor
-from agent.models import CheckResult, Verdict
+from agent.models import CheckResult, Verdict, to_result
 
 INVENTORY = CheckSpec(id="host_inventory", script="host_inventory.py", nodes=[], timeout_s=30, expected_cost_s=1,
                       description="passive inventory: GPUs, driver, CUDA, NVSwitch, RDMA NICs, platform, tools")
@@ -136,8 +136,6 @@ class Expectations(BaseModel):
 
 def take(executor: Executor) -> HostInventory:
     """Run the inventory script on the host; a host that cannot run it gets an inventory with `error` set."""
-    from agent.checks.runner import to_result
-
     run = executor.run_script(INVENTORY.script_path, {"host": executor.name}, INVENTORY.timeout_s)
     return from_result(to_result(INVENTORY, executor.name, run))
 

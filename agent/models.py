@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from enum import StrEnum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
+
+if TYPE_CHECKING:
+    from agent.checks.manifest import CheckSpec
+    from agent.executors.base import ScriptRun
 
 
 class Verdict(StrEnum):
@@ -51,6 +57,32 @@ class CheckResult(BaseModel):
 
     def failing(self) -> list[Finding]:
         return [f for f in self.findings if f.severity in ("FAIL", "WARN")]
+
+
+def to_result(spec: CheckSpec, host: str, run: ScriptRun) -> CheckResult:
+    """Parse a script's single JSON line; anything else is UNKNOWN with the reason, never PASS."""
+    base = {"check": spec.id, "host": host, "tier": spec.tier, "expected_cost_s": spec.expected_cost_s,
+            "duration_s": round(run.duration_s, 3),
+            "output_sha256": hashlib.sha256(run.stdout.encode()).hexdigest()}
+    if run.error:
+        return CheckResult(**base, verdict=Verdict.UNKNOWN, summary=f"could not run: {run.error}", reason=run.error)
+    lines = [line for line in run.stdout.splitlines() if line.strip().startswith("{")]
+    if run.rc != 0 or not lines:
+        tail = (run.stderr or run.stdout).strip().splitlines()[-3:]
+        reason = f"script exited {run.rc} without an evidence object: {' | '.join(tail) or 'no output'}"
+        return CheckResult(**base, verdict=Verdict.UNKNOWN, summary=reason, reason=reason)
+    try:
+        data = json.loads(lines[-1])
+        parsed = CheckResult.model_validate({**data, **base, "duration_s": data.get("duration_s", run.duration_s)})
+    except (json.JSONDecodeError, ValidationError) as exc:
+        reason = f"unparseable evidence object: {str(exc).splitlines()[0]}"
+        return CheckResult(**base, verdict=Verdict.UNKNOWN, summary=reason, reason=reason)
+    if data.get("check") != spec.id:
+        reason = f"script reported check {data.get('check')!r}, expected {spec.id!r}"
+        return CheckResult(**base, verdict=Verdict.UNKNOWN, summary=reason, reason=reason)
+    if parsed.verdict == Verdict.UNKNOWN and not parsed.reason:
+        parsed.reason = parsed.summary
+    return parsed
 
 
 class ToolResult(BaseModel):

@@ -9,6 +9,7 @@ them), so an installed aidai never depends on a checkout's layout. Every reader 
 from __future__ import annotations
 
 import importlib.util
+import os
 from importlib.resources import files
 from pathlib import Path
 from types import ModuleType
@@ -24,6 +25,8 @@ RESOURCES = BUNDLED if INSTALLED else ROOT
 SCRIPTS_DIR = RESOURCES / "verification_scripts"
 TAXONOMY_DIR = RESOURCES / "taxonomy"
 KNOWLEDGE_DIR = RESOURCES / "knowledge"
+APP_NAME = "aidai"
+ENV_DATA_DIR = "AIDAI_DATA_DIR"
 
 
 def load_script(name: str) -> ModuleType:
@@ -34,3 +37,13 @@ def load_script(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def default_data_dir() -> Path:
+    """`AIDAI_DATA_DIR` if set, else the per-user data directory of the platform (e.g. ~/.local/share/aidai)."""
+    env = os.environ.get(ENV_DATA_DIR, "").strip()
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir(APP_NAME))

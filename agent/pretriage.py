@@ -8,12 +8,12 @@ checkpoint, seconds of import a plain diagnosis should not pay."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 
+from agent.agents.context import PreTriage
 from agent.checks.runner import CheckRunner
-from agent.graph.build import PreTriage
 from agent.incident import Incident
 from agent.installation import missing_extra
 from agent.models import ToolResult
@@ -41,7 +41,8 @@ def _extra_hint() -> Iterator[None]:
         raise ModuleNotFoundError(hint, name=exc.name) from exc
 
 
-def _load(target: str) -> PreTriage:
+def _load(target: str) -> Callable[..., ToolResult | None]:
+    """The tool's function: preflight's also takes the runner, Prometheus' the URL and the runner."""
     module, _, function = target.partition(":")
     with _extra_hint():
         return getattr(importlib.import_module(module), function)  # type: ignore[no-any-return]
@@ -61,7 +62,7 @@ def _with_url(target: str, url: str | None, runner: CheckRunner, incident: Incid
 
 
 def tools(names: list[str], runner: CheckRunner, prometheus: str | None = None) -> list[PreTriage]:
-    """The named tools, ready for GraphTools.pretriage; preflight runs on the diagnosis' own runner, the Prometheus
+    """The named tools, ready for AgentTools.pretriage; preflight runs on the diagnosis' own runner, the Prometheus
     source (when given a URL) on its hosts and their inventories."""
     unknown = [n for n in names if n not in TOOLS]
     if unknown:

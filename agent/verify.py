@@ -34,14 +34,15 @@ from pydantic import BaseModel, Field
 from agent.audit import AuditLog, audit_path, check_event, local_user, read
 from agent.bundle import MANIFEST, ConfirmingFinding, check_bundle, confirming, load_bundle
 from agent.checks.runner import CheckRunner
-from agent.diagnosis import DiagnoseOptions, RunNotFound, load_run, runs_dir, saved_state
-from agent.diagnosis import data_dir as data_root
 from agent.evidence import rule_matches
 from agent.executors.base import Executor
 from agent.executors.hosts import HostSpecError, SshOptions, executors_for
 from agent.graph.state import load_results
 from agent.models import CheckResult, Finding, Verdict
+from agent.options import DiagnoseOptions
+from agent.options import data_dir as data_root
 from agent.reasoning.base import LeafJudgement
+from agent.runs import RunNotFound, load_run, runs_dir, saved_state, verify_path
 from agent.taxonomy import Taxonomy, load_taxonomy
 
 Status = Literal["cleared", "still failing", "could not check"]
@@ -89,20 +90,6 @@ class Verification(BaseModel):
     @property
     def exit_code(self) -> int:
         return 0 if self.status == "cleared" else 1
-
-
-def verify_path(runs: Path, run_id: str) -> Path:
-    audit_path(runs, run_id)  # the same run-id rules
-    return runs / f"{run_id}.verify.jsonl"
-
-
-def load_rounds(runs: Path, run_id: str) -> list[dict[str, Any]]:
-    """The run's verify rounds, oldest first ([] when none); a torn last line is skipped."""
-    path = verify_path(runs, run_id)
-    if not path.is_file():
-        return []
-    events, _ = read(path)
-    return [e for e in events if e.get("event") == "verification"]
 
 
 # ---- what to verify ----------------------------------------------------------------------------------------------

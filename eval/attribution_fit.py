@@ -23,7 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from agent.agents import attribution, planning
+from agent.agents import attribution, reading
 from agent.incident import Incident
 from agent.reasoning.base import LeafJudgement, PastIncident
 from agent.reasoning.offline import OfflineReasoner
@@ -44,7 +44,7 @@ class Replay:
                                                  environment=record.get("environment") or ""))
         similar = [PastIncident(id=str(i), label=label, text="", score=score)
                    for i, (label, score) in enumerate(trace["similar"])]
-        self.reading = planning.reading(reader, taxonomy, self.summary, similar)
+        self.reading = reading.reading(reader, taxonomy, self.summary, similar)
         self.hosts = len(row["hosts"])
 
     def examples(self, taxonomy: Taxonomy) -> list[Example]:

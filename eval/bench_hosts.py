@@ -104,8 +104,9 @@ def unreachable_runs(problem: Problem, data_dir: Path) -> list[str]:
 def healthy_runs(problems: list[Problem], work: Path) -> dict[str, dict[str, Any]]:
     """Every text on a healthy host of every profile. One diagnoser per host serves all its texts: the host does
     not change and its checks are read-only, so a fresh run would get the very answers the cache holds."""
-    from agent.diagnosis import DiagnoseOptions, Diagnoser
+    from agent.diagnosis import Diagnoser
     from agent.knowledge.incident_db import IncidentDB
+    from agent.options import DiagnoseOptions
     from agent.sim.scenario import create_scenario
 
     IncidentDB(data_dir=work / "data").ensure_seed()

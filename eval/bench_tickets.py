@@ -17,7 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from agent.diagnosis import DiagnoseOptions, Diagnoser
+from agent.diagnosis import Diagnoser
+from agent.options import DiagnoseOptions
 from agent.ticket import CHANNELS, render_markdown, ticket_data
 from eval.harness.problems import load_problems
 

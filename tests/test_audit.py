@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 
 from agent.audit import AuditLog, audit_path, local_user, read, signed
 from agent.cli.audit_cmd import app
-from agent.diagnosis import DiagnoseOptions, Diagnoser
+from agent.diagnosis import Diagnoser
 from agent.incident import Incident
+from agent.options import DiagnoseOptions
 from agent.reasoning.offline import OfflineReasoner
 from agent.reasoning.prompts import PROMPT_VERSION
 from agent.sim.scenario import create_scenario

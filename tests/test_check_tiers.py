@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from agent.agents.context import AgentTools
 from agent.checks.runner import CheckRunner
 from agent.executors.hosts import executors_for
-from agent.graph.build import DiagnosisGraph, GraphTools
+from agent.graph.build import DiagnosisGraph
 from agent.graph.state import initial_state
 from agent.incident import Incident
 from agent.models import CheckResult, Verdict
@@ -23,10 +24,10 @@ def execute(root: Path, faults: list[dict[str, Any]], label: str, approval: str,
             ) -> tuple[dict[str, CheckResult], list[dict[str, Any]]]:
     host = f"sim:{create_scenario(root, faults, []).root}"
     events: list[dict[str, Any]] = []
-    graph = DiagnosisGraph(GraphTools(taxonomy=TAXONOMY, reasoner=OfflineReasoner(TAXONOMY),
+    graph = DiagnosisGraph(AgentTools(taxonomy=TAXONOMY, reasoner=OfflineReasoner(TAXONOMY),
                                       runner=CheckRunner(executors_for([host])), emit=events.append,
                                       approval=approval))  # type: ignore[arg-type]
-    results, _ = graph._execute(initial_state(Incident(text="training job failed")), label)
+    results, _ = graph.execution.execute(initial_state(Incident(text="training job failed")), label)
     return {r.check: r for r in results}, events
 
 

@@ -10,9 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agent.diagnosis import DiagnoseOptions, Diagnoser, load_run
+from agent.diagnosis import Diagnoser
 from agent.incident import Incident
 from agent.knowledge.incident_db import IncidentDB
+from agent.options import DiagnoseOptions
+from agent.runs import load_run
 from agent.sim.scenario import create_scenario
 from agent.taxonomy import load_taxonomy
 from agent.ticket import write_ticket
@@ -148,7 +150,8 @@ def test_feedback_re_enters_the_diagnosis_with_the_new_text(tmp_path: Path, data
 
 RESUME_CHILD = """
 import os, signal, sys
-from agent.diagnosis import Diagnoser, DiagnoseOptions
+from agent.diagnosis import Diagnoser
+from agent.options import DiagnoseOptions
 from agent.incident import Incident
 entered = []
 def emit(event):

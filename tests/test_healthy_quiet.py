@@ -10,10 +10,11 @@ import pytest
 
 from agent.checks.manifest import load_profiles
 from agent.checks.runner import CheckRunner
-from agent.diagnosis import DiagnoseOptions, Diagnoser
+from agent.diagnosis import Diagnoser
 from agent.executors.hosts import executors_for
 from agent.incident import Incident
 from agent.models import Verdict
+from agent.options import DiagnoseOptions
 from agent.sim.scenario import create_scenario
 
 FIXTURES = Path(__file__).parent / "fixtures"

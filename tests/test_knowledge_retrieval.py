@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from agent import paths
 from agent.knowledge import embeddings, store
 from agent.knowledge.incident_db import IncidentDB, IncidentRecord, read_jsonl
 from agent.knowledge.kb_index import KnowledgeBase, node_filter, split_doc
@@ -120,10 +121,10 @@ def test_llama_index_adapter_uses_the_same_model() -> None:
 
 def test_store_location_resolution(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv(store.ENV_CHROMA_URL, raising=False)
-    monkeypatch.setenv(store.ENV_DATA_DIR, str(tmp_path / "env"))
+    monkeypatch.setenv(paths.ENV_DATA_DIR, str(tmp_path / "env"))
     assert store.resolve_location().path == (tmp_path / "env" / "chroma").resolve()
     assert store.resolve_location(tmp_path / "arg").path == (tmp_path / "arg" / "chroma").resolve()
-    monkeypatch.delenv(store.ENV_DATA_DIR)
+    monkeypatch.delenv(paths.ENV_DATA_DIR)
     default = store.resolve_location().path
     assert default is not None and default.name == "chroma" and "aidai" in str(default)
     assert store.resolve_location(url="http://chroma.example:8001/").url == "http://chroma.example:8001"

@@ -12,12 +12,14 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from agent.agents.context import AgentTools
 from agent.checks.runner import CheckNotAllowed, CheckRunner
-from agent.diagnosis import DiagnoseOptions, Diagnoser
+from agent.diagnosis import Diagnoser
 from agent.executors.base import Executor, ScriptRun
-from agent.graph.build import DiagnosisGraph, GraphTools
+from agent.graph.build import DiagnosisGraph
 from agent.incident import Incident
 from agent.limits import LimitError, Limits
+from agent.options import DiagnoseOptions
 from agent.reasoning.offline import OfflineReasoner
 from agent.sim.scenario import create_scenario
 from agent.taxonomy import load_taxonomy
@@ -73,7 +75,7 @@ def test_time_limit_stops_before_any_check(tmp_path: Path, monkeypatch: pytest.M
     # every reading of the graph's clock is 10 ms later than the one before: the first node alone spends the
     # 5 ms budget however fast this machine runs it
     ticks = iter(range(1_000_000))
-    monkeypatch.setattr("agent.graph.build.time", SimpleNamespace(perf_counter=lambda: next(ticks) * 0.01))
+    monkeypatch.setattr("agent.graph.guard.time", SimpleNamespace(perf_counter=lambda: next(ticks) * 0.01))
     d = diagnoser(tmp_path, sim_host(tmp_path / "host"), max_wall_s=0.005)
     ran: list[str] = []
     d.runner.on_result = executed(ran)
@@ -111,11 +113,11 @@ def test_the_same_check_on_the_same_host_never_runs_twice(tmp_path: Path) -> Non
 
 
 def test_the_dfs_enters_a_node_at_most_once_per_pass() -> None:
-    tools = GraphTools(taxonomy=TAXONOMY, reasoner=OfflineReasoner(TAXONOMY), runner=CheckRunner([]))
+    tools = AgentTools(taxonomy=TAXONOMY, reasoner=OfflineReasoner(TAXONOMY), runner=CheckRunner([]))
     graph = DiagnosisGraph(tools)
     state: Any = {"stack": [{"label": "", "phase": "children", "children": ["GPU", "GPU"], "next": 1, "mark": 0}],
                   "visited": ["GPU"], "memory": [], "path": []}
-    update = graph.dfs(state)
+    update = graph.planning.dfs(state)
     assert len(update["stack"]) == 1 and update["stack"][0]["next"] == 2  # not pushed again
     assert update["path"][-1]["action"] == "loop" and update["path"][-1]["node"] == "GPU"
 
@@ -138,9 +140,9 @@ def test_a_check_outside_the_manifest_is_refused_before_anything_runs() -> None:
     with pytest.raises(CheckNotAllowed, match=r"'rm_rf_slash' refused: not in the manifest's allowlist"):
         runner.run(["xid_scan", "rm_rf_slash"])
     assert executor.calls == []
-    graph = DiagnosisGraph(GraphTools(taxonomy=TAXONOMY, reasoner=OfflineReasoner(TAXONOMY), runner=runner))
+    graph = DiagnosisGraph(AgentTools(taxonomy=TAXONOMY, reasoner=OfflineReasoner(TAXONOMY), runner=runner))
     with pytest.raises(CheckNotAllowed):
-        graph._run("GPU", ["../../bin/sh"])
+        graph.execution.run("GPU", ["../../bin/sh"])
     assert executor.calls == []
 
 

@@ -11,9 +11,11 @@ import psycopg
 import pytest
 
 from agent.checkpoints import CheckpointStoreError
-from agent.diagnosis import DiagnoseOptions, Diagnoser, runs_dir
+from agent.diagnosis import Diagnoser
 from agent.incident import Incident
+from agent.options import DiagnoseOptions
 from agent.reasoning.offline import OfflineReasoner
+from agent.runs import runs_dir
 from agent.sim.scenario import create_scenario
 from agent.taxonomy import load_taxonomy
 from tests.chroma_server import free_port

@@ -11,10 +11,11 @@ from typing import Any
 
 from agent.checks.manifest import CheckSpec, Manifest
 from agent.checks.runner import CheckRunner
-from agent.diagnosis import DiagnoseOptions, Diagnoser
+from agent.diagnosis import Diagnoser
 from agent.executors.base import Executor, ScriptRun
 from agent.incident import Incident
 from agent.models import CheckResult
+from agent.options import DiagnoseOptions
 from agent.preflight.collect import CHECKS as PREFLIGHT_CHECKS
 
 

@@ -10,15 +10,17 @@ import pytest
 from typer.testing import CliRunner
 
 from agent import pretriage
+from agent.agents.context import AgentTools
 from agent.checks.runner import CheckRunner
 from agent.cli.main import app
-from agent.diagnosis import DiagnoseOptions, Diagnoser
+from agent.diagnosis import Diagnoser
 from agent.executors.hosts import executors_for
-from agent.graph.build import DiagnosisGraph, GraphTools
+from agent.graph.build import DiagnosisGraph
 from agent.graph.state import initial_state
 from agent.incident import Incident
 from agent.l4.simulate import JobSpec, simulate_job
 from agent.models import ToolResult
+from agent.options import DiagnoseOptions
 from agent.reasoning.offline import OfflineReasoner
 from agent.sim.scenario import create_scenario
 from agent.taxonomy import load_taxonomy
@@ -59,11 +61,11 @@ def test_a_broken_tool_is_reported_and_the_priors_keep_only_taxonomy_labels(tmp_
         return ToolResult(tool="helpful", hosts=["node-7"], priors={"GPU.THERMAL": 0.6, "NOT.A.LABEL": 0.9})
 
     host = f"sim:{create_scenario(tmp_path, [], []).root}"
-    graph = DiagnosisGraph(GraphTools(taxonomy=TAXONOMY, reasoner=OfflineReasoner(TAXONOMY),
+    graph = DiagnosisGraph(AgentTools(taxonomy=TAXONOMY, reasoner=OfflineReasoner(TAXONOMY),
                                       runner=CheckRunner(executors_for([host])), pretriage=[broken, helpful]))
     state = initial_state(Incident(text="job died"))
-    state.update(graph.summarize(state))  # type: ignore[typeddict-item]
-    update = graph.pretriage(state)
+    state.update(graph.summarization.summarize(state))  # type: ignore[typeddict-item]
+    update = graph.summarization.pretriage(state)
     assert [(r["tool"], r["status"]) for r in update["pretriage"]] == [("broken", "error"), ("helpful", "ok")]
     assert "parser exploded" in update["pretriage"][0]["reason"]
     assert update["pretriage_priors"] == {"GPU.THERMAL": 0.6}

@@ -212,7 +212,8 @@ def test_unreachable_or_wrong_prometheus_fails_cleanly(fleet: Fleet) -> None:
 
 
 def test_the_diagnosis_runs_it_as_pre_triage(fleet: Fleet, tmp_path: Path) -> None:
-    from agent.diagnosis import DiagnoseOptions, Diagnoser
+    from agent.diagnosis import Diagnoser
+    from agent.options import DiagnoseOptions
 
     options = DiagnoseOptions(hosts=[f"sim:{fleet.a}"], history=False, knowledge=False, checkpoint=False,
                               pretriage=["prometheus"], prometheus=fleet.prometheus, max_checks=1,

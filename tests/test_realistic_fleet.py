@@ -13,9 +13,10 @@ import pytest
 
 from agent.agents import attribution
 from agent.agents.attribution import PROBABLE, attribute
+from agent.agents.context import AgentTools
 from agent.checks.runner import CheckRunner
 from agent.executors.hosts import executors_for
-from agent.graph.build import DiagnosisGraph, GraphTools
+from agent.graph.build import DiagnosisGraph
 from agent.incident import Incident, IncidentSummary
 from agent.models import Verdict
 from agent.reasoning.base import Evidence, LeafJudgement
@@ -115,7 +116,8 @@ def test_an_old_event_is_history_not_evidence(tmp_path: Path) -> None:
 
 
 def test_a_diagnosis_hours_after_the_incident_still_sees_its_events(tmp_path: Path, data_dir: Path) -> None:
-    from agent.diagnosis import DiagnoseOptions, Diagnoser
+    from agent.diagnosis import Diagnoser
+    from agent.options import DiagnoseOptions
 
     at = datetime.now(UTC) - timedelta(hours=30)
     root = create_scenario(tmp_path / "s", [{"fault": "gpu.ecc_uncorrectable", "gpu": 3}], at=iso(at)).root
@@ -282,21 +284,21 @@ def test_a_host_ties_a_cause_only_on_a_job_of_several_hosts() -> None:
 
 
 def test_when_nothing_confirmed_ties_to_the_incident_its_likeliest_untested_causes_are_tested() -> None:
-    graph = DiagnosisGraph(GraphTools(taxonomy=TAXONOMY, reasoner=OfflineReasoner(TAXONOMY), runner=CheckRunner([])))
+    graph = DiagnosisGraph(AgentTools(taxonomy=TAXONOMY, reasoner=OfflineReasoner(TAXONOMY), runner=CheckRunner([])))
     text = "RuntimeError: CUDA error: uncorrectable ECC error encountered; Xid 48"
     port = judgement(PORT_DOWN, ["nic_config:port_down@mlx5_7 (FAIL)"])
     state: Any = {"stack": [], "judgements": [port.model_dump(mode="json")], "similar": [], "path": [],
                   "incident": Incident(text=text).model_dump(mode="json"),
                   "summary": summary(text).model_dump(mode="json")}
     assert graph.after_dfs(state) == "follow_reading"
-    update = graph.follow_reading(state)
+    update = graph.reflection.follow_reading(state)
     tested = [step["node"] for step in update["path"] if step["action"] in ("confirmed", "rejected", "inconclusive")]
     assert ECC in tested and PORT_DOWN not in tested  # the leaf the incident reads as, not what was confirmed
     assert graph.after_dfs({**state, **update}) == "corroborate"  # once: then the run concludes (and escalates)
 
 
 def test_only_confirmed_causes_tied_to_the_incident_are_corroborated(monkeypatch: pytest.MonkeyPatch) -> None:
-    graph = DiagnosisGraph(GraphTools(taxonomy=TAXONOMY, reasoner=OfflineReasoner(TAXONOMY), runner=CheckRunner([])))
+    graph = DiagnosisGraph(AgentTools(taxonomy=TAXONOMY, reasoner=OfflineReasoner(TAXONOMY), runner=CheckRunner([])))
     text = "RuntimeError: CUDA error: uncorrectable ECC error encountered on GPU 1; Xid 48"
     ecc = judgement(ECC, ["gpu_memory_errors:ecc_uncorrectable@GPU1 (FAIL)"])
     port = judgement(PORT_DOWN, ["nic_config:port_down@mlx5_7 (FAIL)"])
@@ -313,8 +315,8 @@ def test_only_confirmed_causes_tied_to_the_incident_are_corroborated(monkeypatch
         purposes.append(purpose)
         return {c: True for c in checks}, {c: "test" for c in checks}
 
-    monkeypatch.setattr(graph, "_execute", execute)
-    monkeypatch.setattr(graph, "_decide", decide)
+    monkeypatch.setattr(graph.execution, "execute", execute)
+    monkeypatch.setattr(graph.execution, "decide", decide)
 
     def state(*found: LeafJudgement) -> Any:
         return {"stack": [], "judgements": [j.model_dump(mode="json") for j in found], "similar": [], "path": [],
@@ -322,13 +324,13 @@ def test_only_confirmed_causes_tied_to_the_incident_are_corroborated(monkeypatch
                 "summary": summary(text).model_dump(mode="json")}
 
     # a port down that nothing ties to an ECC incident is reported as found: no minutes of load to rank it
-    assert graph.corroborate(state(ecc, port)) == {} and corroborated == []
+    assert graph.reflection.corroborate(state(ecc, port)) == {} and corroborated == []
     # the row remap the ECC error left on its GPU followed from it: one cause, nothing to rank with a load test
-    assert graph.corroborate(state(ecc, port, remap)) == {} and corroborated == []
+    assert graph.reflection.corroborate(state(ecc, port, remap)) == {} and corroborated == []
     # two independent causes tied to the incident: the load test decides which comes first, and says so
     nvlink = judgement("INTERCONNECT_NETWORKING.NVLINK.LINK_HARDWARE_FAULT", ["nvlink_status:link_down@GPU5 (FAIL)"])
     both = "RuntimeError: CUDA error: uncorrectable ECC error encountered on GPU 1 and GPU 5; Xid 48; Xid 74"
-    graph.corroborate({**state(ecc, nvlink), "incident": Incident(text=both).model_dump(mode="json"),
+    graph.reflection.corroborate({**state(ecc, nvlink), "incident": Incident(text=both).model_dump(mode="json"),
                        "summary": summary(both).model_dump(mode="json")})
     assert sorted(corroborated) == sorted([ECC, "INTERCONNECT_NETWORKING.NVLINK.LINK_HARDWARE_FAULT"])
     assert len(purposes) == 1 and "decide which of them comes first" in purposes[0]  # one question for both

@@ -15,9 +15,10 @@ from typer.testing import CliRunner
 
 from agent.audit import AuditLog, audit_path, read
 from agent.checks.manifest import load_manifest
-from agent.checks.runner import CheckRunner, to_result
+from agent.checks.runner import CheckRunner
 from agent.cli.main import app
 from agent.executors.hosts import HostSpecError, SshOptions, executors_for
+from agent.models import to_result
 from agent.sim.scenario import create_scenario
 from agent.slurm.drain import allowed_out, breakers, slurm_reason
 from agent.slurm.jobs import SlurmJob, indices, job_note, parse_indices

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.diagnosis import DiagnoseOptions, Diagnoser
+from agent.diagnosis import Diagnoser
 from agent.incident import Incident
+from agent.options import DiagnoseOptions
 from agent.report import Report, RootCause, acting_party
 from agent.sim.scenario import create_scenario
 from agent.ticket import CHANNELS, clip_words, render_markdown, ticket_data, ticket_title

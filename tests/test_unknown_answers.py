@@ -25,9 +25,8 @@ from typing import Any
 import pytest
 
 from agent.checks.manifest import LIB_SCRIPTS, CheckSpec, load_known_bad, load_manifest, profile
-from agent.checks.runner import to_result
 from agent.executors.local import LocalExecutor
-from agent.models import CheckResult, Verdict
+from agent.models import CheckResult, Verdict, to_result
 from tests.conftest import FakeTools, fixture_text, run_script
 
 MANIFEST = load_manifest()

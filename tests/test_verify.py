@@ -21,12 +21,14 @@ from typer.testing import CliRunner
 from agent.audit import read
 from agent.bundle import MANIFEST, check_bundle, load_bundle
 from agent.cli.main import app
-from agent.diagnosis import DiagnoseOptions, Diagnoser, runs_dir
+from agent.diagnosis import Diagnoser
 from agent.incident import Incident
 from agent.models import CheckResult, Finding, Verdict
+from agent.options import DiagnoseOptions
 from agent.report import Report
+from agent.runs import load_rounds, runs_dir
 from agent.sim.scenario import create_scenario
-from agent.verify import ConfirmingFinding, judge_cause, judge_check, load_rounds
+from agent.verify import ConfirmingFinding, judge_cause, judge_check
 from tests.sshd import Sshd, start_sshd
 
 ECC_TEXT = ("Training crashed after 3 hours with `RuntimeError: CUDA error: uncorrectable ECC error encountered` on "

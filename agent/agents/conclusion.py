@@ -1,14 +1,23 @@
-"""Conclusion agent: writes the explanation of the claimed root causes (agents/attribution.py decides which, at
-which level), and, when none is claimed because the view hid the tools, what is suspected and how to check it."""
+"""Conclusion agent: which confirmed causes are this incident's (agents/attribution.py's claim model), at which
+level (confirmed: tied by the incident's own lines, devices or time; probable: present, fitting, nothing better),
+the explanation the reasoner writes for them, and the verdict the report and ticket carry. When nothing is claimed
+because the view hid the tools, it names what is suspected and the commands that would check it; when no host could
+be checked, or a limit stopped the run, it says so plainly without asking a reasoner."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agent.agents.attribution import Attribution
-from agent.incident import IncidentSummary
+from agent import inventory as inv
+from agent import limits as L
+from agent.agents.attribution import Attribution, attribute
+from agent.agents.context import AgentTools
+from agent.agents.reading import IncidentReading
+from agent.graph.state import DiagnosisState, load_judgements, load_memory, load_results, load_summary
+from agent.incident import Incident, IncidentSummary
 from agent.models import CheckResult, Verdict
 from agent.reasoning.base import LeafJudgement, Observation, Reasoner
 from agent.taxonomy import Taxonomy
@@ -28,6 +37,58 @@ class Suspected(BaseModel):
     why: str  # why it could not be checked here
     commands: list[str] = Field(default_factory=list)
 
+
+class ConclusionAgent:
+    def __init__(self, tools: AgentTools, reading: IncidentReading):
+        self.t = tools
+        self.reading = reading
+
+    def attribute(self, state: Mapping[str, Any]) -> Attribution:
+        """Which confirmed leaves are this incident's causes, at which level (agents/attribution.py)."""
+        judgements = load_judgements(state)
+        confirmed = [j for j in judgements if j.status == "confirmed"]
+        if not confirmed:
+            return Attribution()
+        hosts = len(state.get("inventory") or {}) or len(Incident.model_validate(state["incident"]).hosts)
+        return attribute(self.t.taxonomy, load_summary(state), confirmed, judgements, self.reading.ranks(state),
+                         hosts)
+
+    def tied(self, state: Mapping[str, Any]) -> list[LeafJudgement]:
+        """The causes the incident's own lines, devices or time tie (level confirmed). The walk's decisions rest on
+        these alone, never on a claim's score: the checks a run makes do not depend on the claim model's weights."""
+        found = self.attribute(state)
+        return [j for j in found.primary if found.levels.get(j.label) == "confirmed"]
+
+    def conclude(self, state: DiagnosisState) -> dict[str, Any]:
+        """Node: the conclusion, its evidence bundle kept before anyone reads it, the audit log's line."""
+        found = self.attribute(state)
+        ordered = found.primary
+        stopped = state.get("stopped")
+        suspects: list[Suspected] = []
+        if nothing_checkable(state):  # nothing was looked at: say so plainly, no reasoner needed
+            text = cannot_check_explanation(state)
+        elif stopped:  # no LLM call: the budget may be what ran out, and the stop must be said plainly
+            text = stopped_explanation(stopped, state, ordered)
+        else:
+            text = explain(self.t.reasoner, load_summary(state), found, load_memory(state))
+            if not ordered:
+                suspects = suspected(self.t.taxonomy, load_judgements(state), load_results(state),
+                                     self.reading.ranks(state))
+                text += suspected_sentence(suspects)
+        # the pipeline that first confirmed the primary cause (after the user's feedback, pipeline 2 counts as 3)
+        pipeline = next((step["pipeline"] for step in state.get("path", []) if ordered
+                         and step["node"] == ordered[0].label and step["action"] == "confirmed"), 0)
+        if pipeline == 2 and state.get("feedback"):
+            pipeline = 3
+        out = result(found, suspects, text, pipeline, stopped)
+        causes = roles(found)
+        if causes and self.t.preserve is not None:  # before anyone reads the conclusion and acts on it
+            bundle = self.t.preserve(state, causes)
+            if bundle is not None:
+                out["evidence_bundle"] = bundle
+        self.t.emit({"type": "conclusion", **out})
+        self.t.audit({**audit_event(out), "spent": dict(state.get("spent", {}))})
+        return {"conclusion": out, "pipeline": pipeline}
 
 def explain(reasoner: Reasoner, summary: IncidentSummary, found: Attribution, memory: list[Observation]) -> str:
     text = reasoner.conclude(summary, found.primary, memory)
@@ -104,3 +165,39 @@ def audit_event(result: dict[str, Any]) -> dict[str, Any]:
             "root_causes": labels("root_causes"), "levels": result["levels"], "follows": labels("follows"),
             "also_found": labels("also_found"), "suspected": labels("suspected"),
             "stopped": result.get("stopped") or None}
+
+
+def nothing_checkable(state: Mapping[str, Any]) -> bool:
+    """The inventory found no host whose checks can run (a run checkpointed before the inventory step has none)."""
+    saved = state.get("inventory")
+    return saved is not None and all(s["expectations"].get("cannot_check") for s in saved.values())
+
+
+def cannot_check_explanation(state: Mapping[str, Any]) -> str:
+    """The answer when no host could be checked: which, why, and that nothing was confirmed or rejected."""
+    lines = [inv.Expectations.model_validate(saved["expectations"]).line() + "."
+             for saved in state.get("inventory", {}).values()]
+    lines = [line[0].upper() + line[1:] for line in lines]
+    lines.append("Nothing was confirmed or rejected: no verification ran. Run aidai on the GPU node, or name the node "
+                 "with --host; escalate with this ticket if the node itself cannot be reached.")
+    return " ".join(lines)
+
+
+def stopped_explanation(stop: L.Stop | dict[str, Any], state: Mapping[str, Any], confirmed: list[LeafJudgement]) -> str:
+    """The conclusion of a stopped run: which limit, and what was tried before it (for the escalation)."""
+    results = load_results(state)
+    judged = load_judgements(state)
+    counts = {s: sum(j.status == s for j in judged) for s in ("confirmed", "rejected", "inconclusive")}
+    last = next((step["node"] for step in reversed(state.get("path", [])) if step.get("node") not in ("", "ROOT")),
+                "")
+    parts = [f"Investigation stopped: {stop['message']}.",
+             f"Tried so far: {state.get('spent', {}).get('checks', len(results))} check run(s) on "
+             f"{len({r.host for r in results}) or 'the'} host(s); "
+             f"{len(judged)} hypothesis(es) tested ({counts['confirmed']} confirmed, {counts['rejected']} rejected, "
+             f"{counts['inconclusive']} inconclusive)" + (f"; last node {last}." if last else ".")]
+    if confirmed:
+        parts.append("Confirmed before the stop: " + ", ".join(j.label for j in confirmed) + ".")
+    else:
+        parts.append("No root cause was confirmed before the stop: escalate with this ticket, or run it again "
+                     "with a higher limit.")
+    return " ".join(parts)

@@ -1,4 +1,6 @@
-"""Execution agent: runs the checks a hypothesis names on every host of the incident, cheapest tier first.
+"""Execution agent: takes each host's inventory before any hypothesis, and runs the checks a hypothesis names on
+every host of the incident, cheapest tier first, asking for approval where a check needs it and writing each run to
+the audit log.
 
 Passive checks (read-only, seconds) always run. Active ones (benchmarks that load the GPUs or the fabric for
 minutes) run only when the passive ones leave the question open: for a leaf, when they have not already
@@ -8,14 +10,106 @@ the same: no 150-second DCGM diag for a GPU whose ECC counters already show the 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any
 
-from agent.checks.manifest import Manifest
+from agent.agents.context import AgentTools
 from agent.checks.runner import CheckRunner
 from agent.evidence import assess
+from agent.graph.guard import Guard
+from agent.graph.state import DiagnosisState, dump_result, load_results, result_key
 from agent.models import CheckResult, Verdict
 from agent.taxonomy import Taxonomy
+
+
+class ExecutionAgent:
+    def __init__(self, tools: AgentTools, guard: Guard):
+        self.t = tools
+        self.guard = guard
+
+    def inventory(self, state: DiagnosisState) -> dict[str, Any]:
+        """Node: each host's inventory (passive reads) and the expectations its checks get. What each host is
+        decides what its checks expect, and a host that cannot be checked (unreachable, no NVIDIA GPU and no
+        driver) runs nothing."""
+        runner = self.t.runner
+        taken = runner.take_inventory()
+        hosts = [e.model_dump(mode="json", exclude={"values"}) for e in taken.values()]
+        self.t.emit({"type": "inventory", "hosts": hosts})
+        for host in hosts:
+            self.t.audit({"event": "inventory", **host})
+        return {"inventory": {host: {"inventory": runner.inventories[host].model_dump(mode="json"),
+                                     "expectations": e.model_dump(mode="json")} for host, e in taken.items()}}
+
+    def execute(self, state: Mapping[str, Any], label: str, costly_too: bool = False,
+                ) -> tuple[list[CheckResult], dict[str, Any]]:
+        """Run the node's passive checks, then its active ones if they are still needed or `costly_too` (asking
+        for approval first unless already decided: an interrupt when the policy is ask). Returns the results and
+        the state's update (results, approvals)."""
+        runner = self.t.runner
+        for result in load_results(state):  # a resumed run reuses what the checkpoint already holds
+            runner.cache.setdefault((result.host, result.check), result)
+        cheap, costly = by_tier(runner, checks_for(self.t.taxonomy, runner, label))
+        approvals = dict(state.get("approvals", {}))
+        approvers = dict(state.get("approved_by", {}))
+        results = self.run(label, cheap)
+        if costly and not self.guard.stopped and (costly_too or costly_needed(self.t.taxonomy, label, results)):
+            approvals, approvers = self.decide(state, label, costly, "the read-only checks did not decide it: the "
+                                                                     "test confirms or rejects it")
+            runner.approve = lambda spec, host: approvals.get(spec.id, False)
+            results += self.run(label, costly)
+        elif costly and not self.guard.stopped:
+            self.t.emit({"type": "skipped", "node": label, "checks": costly,
+                         "why": "the passive checks already decided it"})
+        stored = dict(state.get("results", {}))
+        stored.update({result_key(r): dump_result(r) for r in results})
+        return results, {"results": stored, "approvals": approvals, "approved_by": approvers}
+
+    def run(self, label: str, checks: list[str]) -> list[CheckResult]:
+        if not checks or self.guard.stopped:
+            return []
+        self.t.runner.allowed(checks)  # an id outside the manifest is refused before anything runs
+        self.guard.label = label
+        self.t.emit({"type": "checks", "node": label, "checks": checks})
+        results = run_checks(self.t.runner, checks)
+        for result in results:
+            self.t.emit({"type": "result", "node": label, "check": result.check, "host": result.host,
+                         "verdict": result.verdict.value, "summary": result.summary, "cached": result.cached,
+                         "duration_s": result.duration_s})
+        return results
+
+    def active_missing(self, state: Mapping[str, Any], labels: list[str]) -> dict[str, list[str]]:
+        """label -> its active checks not run yet in this incident."""
+        ran = {r.check for r in load_results(state)}
+        return {label: [c for c in by_tier(self.t.runner, checks_for(self.t.taxonomy, self.t.runner, label))[1]
+                        if c not in ran] for label in labels}
+
+    def decide(self, state: Mapping[str, Any], node: str, checks: list[str], purpose: str,
+               ) -> tuple[dict[str, bool], dict[str, str]]:
+        """(approvals, approvers) with `checks` decided: by the operator (one LangGraph interrupt, saying what the
+        answer would change) under the policy ask, else by the policy; each decision written to the audit log
+        once."""
+        approvals, approvers = dict(state.get("approvals", {})), dict(state.get("approved_by", {}))
+        undecided = [c for c in dict.fromkeys(checks) if c not in approvals]
+        if not undecided:
+            return approvals, approvers
+        manifest, policy, operator = self.t.runner.manifest, self.t.approval, self.t.operator
+        if policy == "ask":
+            from langgraph.types import interrupt
+
+            answer = interrupt({"kind": "approval", "node": node, "purpose": purpose, "checks": [
+                {"id": s.id, "tier": s.tier, "description": s.description, "expected_cost_s": s.expected_cost_s}
+                for s in map(manifest.get, undecided)]})
+            answer = answer if isinstance(answer, dict) else {}
+            who, via = str(answer.get("approved_by") or operator or "unknown"), "operator"
+            approvals.update({c: answer.get(c) is True for c in undecided})
+        else:
+            who, via = operator or "unknown", f"policy {policy}"
+            approvals.update({c: policy == "all" for c in undecided})
+        for check in undecided:
+            approvers[check] = who
+            self.t.audit({"event": "approval", "node": node, "check": check, "tier": manifest.get(check).tier,
+                          "approved": approvals[check], "by": who, "via": via})
+        return approvals, approvers
 
 
 def checks_for(taxonomy: Taxonomy, runner: CheckRunner, label: str) -> list[str]:
@@ -41,30 +135,3 @@ def run_checks(runner: CheckRunner, check_ids: list[str]) -> list[CheckResult]:
     """Every host that can be checked, in parallel; a (host, check) already run in this incident comes from the
     cache. A host that cannot be checked was reported once, after the inventory, not once per check."""
     return runner.run(check_ids, hosts=runner.checkable()) if check_ids else []
-
-
-def decide(manifest: Manifest, policy: str, operator: str, audit: Callable[[dict[str, Any]], None],
-           approvals: dict[str, bool], approvers: dict[str, str], node: str, checks: list[str], purpose: str,
-           ) -> tuple[dict[str, bool], dict[str, str]]:
-    """(approvals, approvers) with `checks` decided: by the operator (one LangGraph interrupt, saying what the answer
-    would change) under the policy ask, else by the policy; each decision written to the audit log once."""
-    undecided = [c for c in dict.fromkeys(checks) if c not in approvals]
-    if not undecided:
-        return approvals, approvers
-    if policy == "ask":
-        from langgraph.types import interrupt
-
-        answer = interrupt({"kind": "approval", "node": node, "purpose": purpose, "checks": [
-            {"id": s.id, "tier": s.tier, "description": s.description, "expected_cost_s": s.expected_cost_s}
-            for s in map(manifest.get, undecided)]})
-        answer = answer if isinstance(answer, dict) else {}
-        who, via = str(answer.get("approved_by") or operator or "unknown"), "operator"
-        approvals.update({c: answer.get(c) is True for c in undecided})
-    else:
-        who, via = operator or "unknown", f"policy {policy}"
-        approvals.update({c: policy == "all" for c in undecided})
-    for check in undecided:
-        approvers[check] = who
-        audit({"event": "approval", "node": node, "check": check, "tier": manifest.get(check).tier,
-               "approved": approvals[check], "by": who, "via": via})
-    return approvals, approvers

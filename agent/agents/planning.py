@@ -1,31 +1,184 @@
-"""Planning agent: hypotheses from similar past incidents (pipeline 1) and ranked, pruned children of a
-taxonomy node (pipeline 2's state expansion)."""
+"""Planning agent: which hypotheses are tested, in which order (AidAI Algorithm 1).
+
+Pipeline 1 (`historical`): the root causes of the most similar past incidents, then their sibling leaves once one is
+confirmed. Pipeline 2 (`dfs_init`, `dfs`): a depth-first walk of the taxonomy on an explicit stack, one move per
+graph step: a node's children ranked by the reasoner and pruned, a leaf tested and judged (reflection), the branch's
+memory cleared on backtracking, each node entered at most once per pass; `widen` walks again through every branch
+with an untested leaf when the focused walk confirmed nothing. Pipeline 3 (`explore`): suggestions from the knowledge
+base when the taxonomy is exhausted."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Any
 
+from agent.agents.conclusion import ConclusionAgent
+from agent.agents.context import AgentTools
+from agent.agents.execution import ExecutionAgent
+from agent.agents.reading import IncidentReading, node_info, priors
+from agent.agents.reflection import ReflectionAgent
+from agent.evidence import unexplained
+from agent.graph.guard import Guard
+from agent.graph.state import (
+    DiagnosisState,
+    Frame,
+    dump_judgements,
+    load_judgements,
+    load_memory,
+    load_results,
+    load_summary,
+    trace,
+)
 from agent.incident import IncidentSummary
+from agent.models import CheckResult
 from agent.reasoning.base import Choice, NodeInfo, Observation, PastIncident, Reasoner
 from agent.taxonomy import Taxonomy
 
 HISTORY_K = 8
 HYPOTHESES = 2  # AidAI takes the root causes of the two most similar incidents
 MIN_SIMILARITY = 0.35  # below this a past incident is not similar enough to test its root cause
-# how many of the incident's likeliest causes (its reading) are tested when what the walk confirmed explains
-# nothing: a search breadth, not a claim (agents/attribution.py decides claims)
-FOLLOWED = 5
-
-Retrieve = Callable[[str, int], list[PastIncident]]
 
 
-def node_info(taxonomy: Taxonomy, label: str) -> NodeInfo:
-    node = taxonomy.node(label)
-    return NodeInfo(label=node.label, description=node.description, signatures=node.signatures,
-                    checks=node.checks, is_leaf=node.is_leaf, symptoms=node.symptoms)
+class PlanningAgent:
+    def __init__(self, tools: AgentTools, guard: Guard, execution: ExecutionAgent, reflection: ReflectionAgent,
+                 conclusion: ConclusionAgent, reading: IncidentReading):
+        self.t = tools
+        self.guard = guard
+        self.execution = execution
+        self.reflection = reflection
+        self.conclusion = conclusion
+        self.reading = reading
+
+    def historical(self, state: DiagnosisState) -> dict[str, Any]:
+        """Node, pipeline 1: test the causes of similar past incidents."""
+        summary = load_summary(state)
+        similar = (similar_incidents(self.t.reasoner, summary, self.t.retrieve, self.t.taxonomy)
+                   if self.t.retrieve else [])
+        self.t.emit({"type": "history", "similar": [p.model_dump(mode="json") for p in similar[:5]]})
+        update: dict[str, Any] = {"similar": [p.model_dump(mode="json") for p in similar],
+                                  "priors": priors(similar, state.get("pretriage_priors"))}
+        judgements = load_judgements(state)
+        path = list(state.get("path", []))
+        memory: list[dict[str, Any]] = []
+        hypotheses = history_hypotheses(similar)
+        tested: set[str] = set()
+        while hypotheses and not self.guard.stopped:
+            label = hypotheses.pop(0)
+            tested.add(label)
+            results, judgement, changes = self.reflection.test({**state, **update}, label, 1)
+            update.update(changes)
+            memory += observations(label, results)
+            judgements = [j for j in judgements if j.label != label] + [judgement]
+            path.append({"pipeline": 1, "node": label, "action": judgement.status, "detail": judgement.why})
+            if judgement.status == "confirmed":
+                # a confirmed leaf's siblings share its checks: test them too, for secondary causes
+                siblings = [n.label for n in self.t.taxonomy.node(label).siblings if n.is_leaf]
+                hypotheses += [s for s in siblings if s not in tested and s not in hypotheses]
+        confirmed = [j for j in judgements if j.status == "confirmed"]
+        if confirmed and (left := unexplained(load_results({**state, **update}),
+                                              [self.t.taxonomy.node(j.label).evidence for j in confirmed],
+                                              [leaf.evidence for leaf in self.t.taxonomy.leaves()])):
+            # history found a cause, but some failure it does not explain: search the taxonomy for the rest
+            path.append({"pipeline": 1, "node": "ROOT", "action": "continue",
+                         "detail": "not explained: " + ", ".join(left[:5])})
+            confirmed = []
+        merged = {**state, **update, "judgements": dump_judgements(judgements)}
+        if (confirmed and not self.conclusion.tied(merged)
+                and not {j.label for j in confirmed} & set(self.reading.likeliest(merged))):
+            # on the hosts, but nothing ties it to this incident and the incident does not read like it: most likely
+            # an old problem the hosts carry; search on (one it reads like ends the search, as follow_reading would)
+            path.append({"pipeline": 1, "node": "ROOT", "action": "continue",
+                         "detail": "confirmed, but nothing ties it to this incident: " + ", ".join(
+                             j.label for j in confirmed)})
+            confirmed = []
+        update.update({"judgements": dump_judgements(judgements), "path": path, "memory": memory,
+                       "pipeline": 1 if confirmed else 0})
+        return update
+
+    def dfs_init(self, state: DiagnosisState) -> dict[str, Any]:
+        """Node: a fresh walk from the root (again after `widen` or the user's feedback)."""
+        root: Frame = {"label": "", "phase": "enter", "children": [], "next": 0, "mark": len(state.get("memory", []))}
+        return {"stack": [root], "visited": [], "path": trace(state, 2, "", "start")}
+
+    def dfs(self, state: DiagnosisState) -> dict[str, Any]:
+        """Node, pipeline 2: one move of Algorithm 1 on the explicit stack."""
+        stack: list[Frame] = [Frame(**f) for f in state["stack"]]
+        frame = stack[-1]
+        label = frame["label"]
+        memory = list(state.get("memory", []))
+        if frame["phase"] == "children":
+            return self._next_child(state, stack, memory)
+        update: dict[str, Any] = {}
+        results: list[CheckResult] = []
+        if label:
+            results, update = self.execution.execute(state, label)
+            memory += observations(label, results)
+        merged = {**state, **update, "memory": memory}
+        if label and self.t.taxonomy.node(label).is_leaf:
+            # judged again even if pipeline 1 or an earlier round did: checks are cached, the text may be newer
+            judgement = self.reflection.judge(merged, label, 2)
+            judgements = [j for j in load_judgements(state) if j.label != label] + [judgement]
+            stack.pop()
+            return {**update, "stack": stack, "memory": memory[:frame["mark"]],
+                    "judgements": dump_judgements(judgements),
+                    "path": trace(state, 2, label, judgement.status, judgement.why)}
+        untested = None
+        if state.get("widened"):
+            judged = {j["label"] for j in state.get("judgements", [])}
+            untested = {leaf.label for leaf in self.t.taxonomy.leaves(label)} - judged
+        ranked = rank_children(self.t.reasoner, self.t.taxonomy, load_summary(state), label, load_memory(merged),
+                               state.get("priors", {}), untested)
+        kept = [c.label for c in ranked if c.keep]
+        self.t.emit({"type": "rank", "node": label or "ROOT", "ranked": [c.model_dump() for c in ranked]})
+        detail = "; ".join(f"{c.label.rsplit('.', 1)[-1]} {c.score:.2f}{'' if c.keep else ' (pruned)'}"
+                           for c in ranked)
+        path = trace(state, 2, label, "rank", detail)
+        if not kept:
+            stack.pop()
+            path.append({"pipeline": 2, "node": label, "action": "early_stop", "detail": "no child is relevant"})
+            return {**update, "stack": stack, "memory": memory[:frame["mark"]], "path": path}
+        frame.update({"phase": "children", "children": kept, "next": 0})
+        return {**update, "stack": stack, "memory": memory, "path": path}
+
+    def _next_child(self, state: DiagnosisState, stack: list[Frame], memory: list[dict[str, Any]],
+                    ) -> dict[str, Any]:
+        """Enter the frame's next kept child, or backtrack when none is left (its branch's memory is cleared)."""
+        frame = stack[-1]
+        if frame["next"] >= len(frame["children"]):
+            stack.pop()
+            return {"stack": stack, "memory": memory[:frame["mark"]]}  # ClearMemory on backtrack
+        child = frame["children"][frame["next"]]
+        frame["next"] += 1
+        visited = list(state.get("visited", []))
+        if child in visited or any(f["label"] == child for f in stack):
+            # loop breaker: a node is entered at most once per pass of the walk
+            self.t.emit({"type": "loop", "node": child})
+            return {"stack": stack, "path": trace(state, 2, child, "loop", "already visited in this pass: skipped")}
+        stack.append({"label": child, "phase": "enter", "children": [], "next": 0, "mark": len(memory)})
+        self.t.emit({"type": "hypothesis", "node": child, "depth": len(stack) - 1})
+        return {"stack": stack, "visited": [*visited, child], "path": trace(state, 2, child, "enter")}
+
+    def widen(self, state: DiagnosisState) -> dict[str, Any]:
+        """Node: the focused walk confirmed nothing: walk again visiting every branch with an untested leaf (passive
+        checks are read-only and cached, so this costs only the checks not run yet)."""
+        self.t.emit({"type": "widen"})
+        return {"widened": True, "path": trace(state, 2, "", "widen", "nothing confirmed: every branch")}
+
+    def explore(self, state: DiagnosisState) -> dict[str, Any]:
+        """Node, pipeline 3: hypotheses outside the taxonomy from the knowledge base, for the user to act on."""
+        summary = load_summary(state)
+        passages = self.t.kb_query(summary.query, 4) if self.t.kb_query else []
+        hypotheses = self.t.reasoner.explore(summary, load_memory(state), passages, load_judgements(state))
+        dumped = [h.model_dump(mode="json") for h in hypotheses]
+        self.t.emit({"type": "exploration", "hypotheses": dumped})
+        return {"exploration": dumped, "path": trace(state, 3, "", "explore", f"{len(dumped)} suggestions")}
 
 
-def similar_incidents(reasoner: Reasoner, summary: IncidentSummary, retrieve: Retrieve,
+def observations(label: str, results: list[CheckResult]) -> list[dict[str, Any]]:
+    """What the planner sees of a node's checks (its branch's memory)."""
+    return [Observation(node=label, result=r).model_dump(mode="json") for r in results]
+
+
+def similar_incidents(reasoner: Reasoner, summary: IncidentSummary, retrieve: Any,
                       taxonomy: Taxonomy) -> list[PastIncident]:
     known = set(taxonomy.labels(leaves_only=True))
     found = [p for p in retrieve(summary.query, HISTORY_K) if p.label in known]
@@ -40,30 +193,6 @@ def history_hypotheses(similar: list[PastIncident]) -> list[str]:
         if len(labels) == HYPOTHESES:
             break
     return labels
-
-
-def priors(similar: list[PastIncident], extra: dict[str, float] | None = None) -> dict[str, float]:
-    """Retrieval (and pre-triage) scores spread over each label's ancestors: the planner's priors."""
-    out: dict[str, float] = {}
-    for past in similar:
-        parts = past.label.split(".")
-        for depth in range(1, len(parts) + 1):
-            key = ".".join(parts[:depth])
-            out[key] = max(out.get(key, 0.0), round(past.score, 4))
-    for label, score in (extra or {}).items():
-        out[label] = max(out.get(label, 0.0), score)
-    return out
-
-
-def reading(reasoner: Reasoner, taxonomy: Taxonomy, summary: IncidentSummary,
-            similar: list[PastIncident]) -> dict[str, int]:
-    """Every leaf's rank (1 = likeliest) as the incident reads before any check: its lines, its similarity to the
-    leaf, the causes of similar past incidents. No check evidence and no pre-triage (that is the hosts' state, not
-    the incident's words)."""
-    leaves = [node_info(taxonomy, leaf.label) for leaf in taxonomy.leaves()]
-    everything = NodeInfo(label="", description="every root cause of the taxonomy")
-    ranked = reasoner.rank_children(summary, everything, leaves, [], priors(similar))
-    return {choice.label: rank for rank, choice in enumerate(ranked, start=1)}
 
 
 def rank_children(reasoner: Reasoner, taxonomy: Taxonomy, summary: IncidentSummary, label: str,

@@ -1,24 +1,108 @@
-"""Reflection agent: confirms, rejects or leaves open a leaf hypothesis from the evidence of its checks."""
+"""Reflection agent: judges each leaf hypothesis on the evidence of its checks (confirmed, rejected or left open),
+and before the conclusion weighs what the walk found: when what was confirmed explains nothing of this incident it
+tests the incident's likeliest causes still untested (`follow_reading`); when several confirmed causes tie to the
+incident it runs the active checks their passive evidence let the walk skip and judges them again on everything
+(`corroborate`), so which comes first rests on all the evidence, not on the visiting order."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+from agent.agents.conclusion import ConclusionAgent
+from agent.agents.context import AgentTools
+from agent.agents.execution import ExecutionAgent
+from agent.agents.reading import IncidentReading, node_info
 from agent.evidence import assess
+from agent.graph.guard import Guard
+from agent.graph.state import DiagnosisState, dump_judgements, load_judgements, load_results, load_summary, trace
 from agent.incident import IncidentSummary
 from agent.models import CheckResult
 from agent.reasoning.base import LeafJudgement, Reasoner
 from agent.taxonomy import Taxonomy
 
-from .planning import node_info
+
+class ReflectionAgent:
+    def __init__(self, tools: AgentTools, guard: Guard, execution: ExecutionAgent, reading: IncidentReading,
+                 conclusion: ConclusionAgent):
+        self.t = tools
+        self.guard = guard
+        self.execution = execution
+        self.reading = reading
+        self.conclusion = conclusion
+
+    def judge(self, state: Mapping[str, Any], label: str, pipeline: int) -> LeafJudgement:
+        judgement = validate(self.t.reasoner, self.t.taxonomy, load_summary(state), label, load_results(state))
+        self.t.emit({"type": "judgement", "pipeline": pipeline, **judgement.model_dump(mode="json")})
+        return judgement
+
+    def test(self, state: Mapping[str, Any], label: str, pipeline: int,
+             ) -> tuple[list[CheckResult], LeafJudgement, dict[str, Any]]:
+        """Run a leaf's checks and judge it: (its results, its judgement, the state's update from the checks)."""
+        results, update = self.execution.execute(state, label)
+        return results, self.judge({**state, **update}, label, pipeline), update
+
+    def follow_reading(self, state: DiagnosisState) -> dict[str, Any]:
+        """Node: what the walk confirmed does not explain this incident (old or unrelated problems the hosts carry):
+        test the incident's likeliest causes the walk left untested before concluding."""
+        update: dict[str, Any] = {"read_followed": True}
+        judgements = load_judgements(state)
+        path = trace(state, 2, "", "follow_reading", "what was confirmed does not explain the incident")
+        for label in self.reading.unread(state):
+            if self.guard.stopped:
+                break
+            _, judgement, changes = self.test({**state, **update}, label, 2)
+            update.update(changes)
+            judgements = [j for j in judgements if j.label != label] + [judgement]
+            path.append({"pipeline": 2, "node": label, "action": judgement.status, "detail": judgement.why})
+        return {**update, "path": path, "judgements": dump_judgements(judgements)}
+
+    def corroborate(self, state: DiagnosisState) -> dict[str, Any]:
+        """Node: several confirmed leaves tie to the incident: run the active checks their passive evidence let us
+        skip, and judge them again on everything. A confirmed leaf nothing ties to the incident is not this
+        incident's cause whatever its strength, so minutes of load on the hosts would not change the answer: it is
+        reported as found."""
+        confirmed = self.conclusion.tied(state)
+        if len(confirmed) < 2:
+            return {}
+        update: dict[str, Any] = {}
+        path = list(state.get("path", []))
+        pipeline = state.get("pipeline") or 2
+        missing = self.execution.active_missing(state, [j.label for j in confirmed])
+        if not any(missing.values()) or self.guard.stopped:
+            return {}
+        # one question for every cause: asked once, it is not asked again when the node resumes
+        purpose = (", ".join(j.label for j in confirmed) + " are each confirmed and tied to the incident: the tests "
+                   "decide which of them comes first in the answer")
+        approvals, approvers = self.execution.decide(state, "corroborate", [c for v in missing.values() for c in v],
+                                                     purpose)
+        update["approvals"], update["approved_by"] = approvals, approvers
+        for judgement in confirmed:
+            if self.guard.stopped:
+                break
+            if missing[judgement.label]:
+                _, changes = self.execution.execute({**state, **update}, judgement.label, costly_too=True)
+                update.update(changes)
+                path.append({"pipeline": pipeline, "node": judgement.label, "action": "corroborate",
+                             "detail": ", ".join(missing[judgement.label])})
+        if not update:
+            return {}
+        results = load_results({**state, **update})
+        fresh = {j.label: validate(self.t.reasoner, self.t.taxonomy, load_summary(state), j.label, results)
+                 for j in confirmed}
+        judgements = [fresh.get(j.label, j) for j in load_judgements(state)]
+        return {**update, "path": path, "judgements": dump_judgements(judgements)}
 
 
 def validate(reasoner: Reasoner, taxonomy: Taxonomy, summary: IncidentSummary, label: str,
              results: list[CheckResult]) -> LeafJudgement:
+    """The reasoner's judgement of one leaf on its checks' evidence; only check evidence confirms."""
     leaf = taxonomy.node(label)
     mine = [r for r in results if r.check in leaf.checks]
     evidence = assess(leaf.evidence, mine)
     judgement = reasoner.validate_leaf(summary, node_info(taxonomy, label), evidence, mine)
     if judgement.status == "confirmed" and evidence.strength not in ("strong", "weak"):
-        # only check evidence confirms: whatever a reasoner says, no evidence means not confirmed
+        # whatever a reasoner says, no evidence means not confirmed
         judgement = judgement.model_copy(update={"status": "inconclusive", "why": "no check evidence; "
                                                  + judgement.why})
     return judgement.model_copy(update={"evidence": evidence})

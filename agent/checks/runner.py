@@ -3,7 +3,6 @@ script output into `CheckResult`, and the cross-host comparison of metrics the m
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 import time
@@ -12,12 +11,10 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from pydantic import ValidationError
-
 from agent import inventory as inv
 from agent.checks.manifest import CheckSpec, Manifest, load_known_bad, load_manifest
 from agent.executors.base import Executor, ScriptRun
-from agent.models import CheckResult, Finding, Verdict
+from agent.models import CheckResult, Finding, Verdict, to_result
 
 Approver = Callable[[CheckSpec, str], bool]
 Job = tuple[str, str]  # (host, check id)
@@ -89,6 +86,12 @@ class CheckRunner:
             with ThreadPoolExecutor(max_workers=min(self.max_parallel_hosts, len(todo))) as pool:
                 for taken in pool.map(lambda h: inv.take(self.executors[h]), todo):
                     self.adopt(taken)
+
+    def judge_events_at(self, at: float | None) -> None:
+        """The checks judge log events against the incident's time (epoch seconds), not the moment they run; the
+        first time given stays (a resumed run, or the graph after the early start, gives the same)."""
+        if at is not None:
+            self.params.setdefault("incident_at", at)
 
     def prefetch(self, check_ids: Iterable[str] = ()) -> threading.Thread:
         """Start, in the background, the inventory of every host and then the passive checks `check_ids` on the
@@ -280,29 +283,3 @@ def _in_background(jobs: list[tuple[Future[ScriptRun], Executor, CheckSpec, dict
 
     for _ in range(min(workers, len(jobs))):
         threading.Thread(target=worker, name="aidai-prefetch-run", daemon=True).start()
-
-
-def to_result(spec: CheckSpec, host: str, run: ScriptRun) -> CheckResult:
-    """Parse a script's single JSON line; anything else is UNKNOWN with the reason, never PASS."""
-    base = {"check": spec.id, "host": host, "tier": spec.tier, "expected_cost_s": spec.expected_cost_s,
-            "duration_s": round(run.duration_s, 3),
-            "output_sha256": hashlib.sha256(run.stdout.encode()).hexdigest()}
-    if run.error:
-        return CheckResult(**base, verdict=Verdict.UNKNOWN, summary=f"could not run: {run.error}", reason=run.error)
-    lines = [line for line in run.stdout.splitlines() if line.strip().startswith("{")]
-    if run.rc != 0 or not lines:
-        tail = (run.stderr or run.stdout).strip().splitlines()[-3:]
-        reason = f"script exited {run.rc} without an evidence object: {' | '.join(tail) or 'no output'}"
-        return CheckResult(**base, verdict=Verdict.UNKNOWN, summary=reason, reason=reason)
-    try:
-        data = json.loads(lines[-1])
-        parsed = CheckResult.model_validate({**data, **base, "duration_s": data.get("duration_s", run.duration_s)})
-    except (json.JSONDecodeError, ValidationError) as exc:
-        reason = f"unparseable evidence object: {str(exc).splitlines()[0]}"
-        return CheckResult(**base, verdict=Verdict.UNKNOWN, summary=reason, reason=reason)
-    if data.get("check") != spec.id:
-        reason = f"script reported check {data.get('check')!r}, expected {spec.id!r}"
-        return CheckResult(**base, verdict=Verdict.UNKNOWN, summary=reason, reason=reason)
-    if parsed.verdict == Verdict.UNKNOWN and not parsed.reason:
-        parsed.reason = parsed.summary
-    return parsed

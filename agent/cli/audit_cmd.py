@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agent.cli.diagnose_cmd import EXIT_BAD_INPUT, DataDirOpt
+from agent.cli.options import EXIT_BAD_INPUT, DataDirOpt
 
 app = typer.Typer(help="The append-only audit log of diagnosis runs.", no_args_is_help=True)
 
@@ -110,7 +110,8 @@ def show(
     """Show a run's audit log: approvals (who, how), checks (host, verdict, exit code, output hash), LLM calls
     (model, prompt version, tokens), limits and the conclusion."""
     from agent.audit import AuditError, audit_path, read
-    from agent.diagnosis import DiagnoseOptions, runs_dir
+    from agent.options import DiagnoseOptions
+    from agent.runs import runs_dir
 
     err = Console(stderr=True, emoji=False)
     try:

@@ -14,7 +14,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 
-from agent.cli.diagnose_cmd import (
+from agent.cli.diagnose_cmd import check_profile, clean_errors, make_incident, run_diagnosis, ssh_options
+from agent.cli.options import (
     EXIT_RESOLVED,
     EXIT_UNRESOLVED,
     BaseUrlOpt,
@@ -28,16 +29,11 @@ from agent.cli.diagnose_cmd import (
     ProfileOpt,
     TicketOpt,
     TrustOpt,
-    check_profile,
-    clean_errors,
-    make_incident,
-    run_diagnosis,
-    ssh_options,
 )
 from agent.cli.render import ProgressView, make_answer, read_answer, report_panel, resume_command
 
 if TYPE_CHECKING:
-    from agent.diagnosis import DiagnoseOptions
+    from agent.options import DiagnoseOptions
     from agent.report import Report
 
 FEEDBACK_ROUNDS = 2
@@ -72,7 +68,7 @@ def chat(
         environment = read_answer(console, "[bold]Environment[/] (GPU model, driver, CUDA/NCCL/torch versions; "
                                            "optional: Enter to skip):")
         incident.environment = environment.strip()
-        from agent.diagnosis import DiagnoseOptions
+        from agent.options import DiagnoseOptions
 
         options = DiagnoseOptions(
             hosts=hosts, ssh=ssh_options(key, known_hosts, trust_new_host_keys), approval="ask", llm=llm,
@@ -118,7 +114,7 @@ def write_ticket(report: Report, options: DiagnoseOptions, path: Path, console: 
     """The ticket in Markdown and JSON, worded for a chat user (what they can do is answer the chat's questions,
     not pass CLI flags); the export is in the run's audit log."""
     from agent.audit import AuditLog, audit_path, local_user
-    from agent.diagnosis import run_ticket, runs_dir
+    from agent.runs import run_ticket, runs_dir
     from agent.ticket import write_formats
     from agent.ticket_export import digest
 

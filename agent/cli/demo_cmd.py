@@ -15,15 +15,8 @@ from rich.panel import Panel
 
 from agent.checks.runner import CheckRunner
 from agent.cli.checks_cmd import print_results
-from agent.cli.diagnose_cmd import (
-    EXIT_RESOLVED,
-    EXIT_UNRESOLVED,
-    DataDirOpt,
-    TicketExport,
-    clean_errors,
-    make_incident,
-    run_diagnosis,
-)
+from agent.cli.diagnose_cmd import TicketExport, clean_errors, make_incident, run_diagnosis
+from agent.cli.options import EXIT_RESOLVED, EXIT_UNRESOLVED, DataDirOpt
 from agent.cli.render import ProgressView, make_answer, report_panel, resume_command
 from agent.executors.sim import sim_executors
 from agent.models import Verdict
@@ -60,7 +53,7 @@ def demo(
         scenario = scenario_from_record(directory, EXAMPLES, incident)
         console.print(f"simulated host(s) in {escape(str(scenario.root))}: faults "
                       f"{escape(str(record['faults']))}, noise {escape(str(record['noise']))}", highlight=False)
-        from agent.diagnosis import DiagnoseOptions
+        from agent.options import DiagnoseOptions
 
         options = DiagnoseOptions(hosts=[f"sim:{scenario.root}"], approval="none",
                                   data_dir=str(data_dir) if data_dir else None)

@@ -17,73 +17,47 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from agent.checks.runner import DEFAULT_PARALLEL_HOSTS
+from agent.cli.options import (
+    ATTACHMENT_FLAGS,
+    EXIT_BAD_INPUT,
+    EXIT_RESOLVED,
+    EXIT_UNRESOLVED,
+    TICKET_FORMATS,
+    BaseUrlOpt,
+    CheckpointUrlOpt,
+    ChromaUrlOpt,
+    DataDirOpt,
+    HostOpt,
+    KeyOpt,
+    KnownHostsOpt,
+    LlmOpt,
+    LogsOpt,
+    MaxChecksOpt,
+    MaxParallelHostsOpt,
+    MaxTokensOpt,
+    MaxWallOpt,
+    MetricsOpt,
+    ModelOpt,
+    ProfileOpt,
+    PrometheusOpt,
+    SuccessLogsOpt,
+    TelemetryOpt,
+    TicketFormatOpt,
+    TicketOpt,
+    TrustOpt,
+    WebhookOpt,
+    WebhookTemplateOpt,
+)
 from agent.cli.render import ProgressView, make_answer, report_panel, resume_command
-from agent.executors.hosts import SPEC_HELP, HostSpecError
+from agent.executors.hosts import HostSpecError
 from agent.incident import Incident, IncidentError
-from agent.reasoning.factory import KINDS, ReasonerConfigError
+from agent.reasoning.factory import ReasonerConfigError
 from agent.textinput import Received, clean_field, hold, joined, receive_bytes, receive_text
 
 if TYPE_CHECKING:
-    from agent.diagnosis import Answer, DiagnoseOptions
+    from agent.diagnosis import Answer
+    from agent.options import DiagnoseOptions
     from agent.report import Report
-
-EXIT_RESOLVED, EXIT_UNRESOLVED, EXIT_BAD_INPUT = 0, 1, 2
-
-# ---- options shared with `chat` and `demo` -----------------------------------------------------------------
-HostOpt = Annotated[list[str] | None, typer.Option("--host", metavar="SPEC",
-                                                   help=f"Host to check: {SPEC_HELP} (repeatable; default local).")]
-LlmOpt = Annotated[str, typer.Option("--llm", metavar="|".join(KINDS),
-                                     help="Reasoner: offline (no network) or openai (any OpenAI-compatible "
-                                          "endpoint; key from AIDAI_LLM_API_KEY or OPENAI_API_KEY).")]
-BaseUrlOpt = Annotated[str | None, typer.Option("--base-url", metavar="URL",
-                                                help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1.")]
-ModelOpt = Annotated[str | None, typer.Option("--model", metavar="NAME", help="Model name for --llm openai.")]
-ProfileOpt = Annotated[str | None, typer.Option("--profile", metavar="SKU",
-                                                help="SKU profile for check thresholds (default: matched to each "
-                                                     "host's inventory, or derived from it).")]
-DataDirOpt = Annotated[Path | None, typer.Option("--data-dir", metavar="DIR",
-                                                 help="Data directory: Chroma store and saved runs (env "
-                                                      "AIDAI_DATA_DIR; default: the per-user data dir).")]
-ChromaUrlOpt = Annotated[str | None, typer.Option("--chroma-url", metavar="URL",
-                                                  help="Chroma server http://host:port (env AIDAI_CHROMA_URL).")]
-CheckpointUrlOpt = Annotated[str | None, typer.Option(
-    "--checkpoint-url", metavar="URL", envvar="AIDAI_CHECKPOINT_URL",
-    help="Keep run checkpoints in Postgres, postgresql://USER@HOST:PORT/DB (password in PGPASSWORD or ~/.pgpass, "
-         "not in the URL); default: SQLite in the data dir.")]
-KnownHostsOpt = Annotated[str | None, typer.Option("--known-hosts", metavar="FILE",
-                                                   help="known_hosts for ssh:// hosts (default ~/.ssh/known_hosts).")]
-TrustOpt = Annotated[bool, typer.Option("--trust-new-host-keys",
-                                        help="Accept and remember unknown SSH host keys (a changed key is still "
-                                             "refused).")]
-KeyOpt = Annotated[str | None, typer.Option("--key", metavar="FILE",
-                                            help="Private key for ssh:// hosts (default: agent, ~/.ssh).")]
-TicketOpt = Annotated[Path | None, typer.Option("--ticket", metavar="PATH",
-                                                help="Write the escalation ticket to PATH.md and PATH.json.")]
-TICKET_FORMATS = ("md", "json", "both")
-TicketFormatOpt = Annotated[str, typer.Option("--ticket-format", metavar="|".join(TICKET_FORMATS),
-                                              help="Which ticket files --ticket writes (default both).")]
-WebhookOpt = Annotated[str | None, typer.Option("--webhook", metavar="URL",
-                                                help="POST the (redacted) ticket as JSON to URL (a ticket system's "
-                                                     "webhook); a non-2xx answer is an error.")]
-WebhookTemplateOpt = Annotated[Path | None, typer.Option("--webhook-template", metavar="FILE",
-                                                         help="JSON body template for --webhook; strings may name "
-                                                              "ticket fields as {{summary}}, {{status}}, "
-                                                              "{{markdown}} ...")]
-MaxChecksOpt = Annotated[int | None, typer.Option("--max-checks", metavar="N", min=1,
-                                                  help="Stop the investigation after N check runs (host x check).")]
-MaxWallOpt = Annotated[float | None, typer.Option("--max-wall-s", metavar="S", min=0.001,
-                                                  help="Stop the investigation after S seconds of work (waiting for "
-                                                       "your answers does not count).")]
-PrometheusOpt = Annotated[str | None, typer.Option(
-    "--prometheus", metavar="URL", envvar="AIDAI_PROMETHEUS_URL",
-    help="The fleet's Prometheus (http://HOST:9090): its dcgm-exporter metrics for the hosts and the incident's "
-         "window rank the hosts before any check (credentials: AIDAI_PROMETHEUS_TOKEN or AIDAI_PROMETHEUS_BASIC).")]
-MaxTokensOpt = Annotated[int | None, typer.Option("--max-llm-tokens", metavar="N", min=1,
-                                                  help="Stop the investigation once the LLM used N tokens.")]
-MaxParallelHostsOpt = Annotated[int | None, typer.Option("--max-parallel-hosts", metavar="N", min=1,
-                                                        help="Check at most N hosts at once (each with up to 4 "
-                                                             f"checks at a time; default {DEFAULT_PARALLEL_HOSTS}).")]
 
 
 def user_errors() -> tuple[type[Exception], ...]:
@@ -91,12 +65,12 @@ def user_errors() -> tuple[type[Exception], ...]:
     from agent.audit import AuditError
     from agent.checkpoints import CheckpointStoreError
     from agent.checks.runner import CheckNotAllowed
-    from agent.diagnosis import RunNotFound
     from agent.knowledge.embeddings import EmbeddingUnavailable
     from agent.knowledge.store import StoreError
     from agent.limits import LimitError
     from agent.prometheus.client import PrometheusUrlError
     from agent.redact import RedactionMappingError
+    from agent.runs import RunNotFound
     from agent.ticket_export import ExportError
 
     return (HostSpecError, ReasonerConfigError, RunNotFound, IncidentError, FileNotFoundError, IsADirectoryError,
@@ -141,20 +115,6 @@ def make_incident(text: str | list[Received], environment: str = "", hosts: list
         raise IncidentError(message) from None
 
 
-ATTACHMENT_FLAGS = {"logs": "logs", "success": "success-logs", "telemetry": "telemetry", "metrics": "metrics"}
-LogsOpt = Annotated[Path | None, typer.Option("--logs", metavar="DIR", help="The job's logs (a file per node or "
-                                              "rank, or torchrun's interleaved file): L4 ranks the suspicious nodes "
-                                              "first.")]
-SuccessLogsOpt = Annotated[Path | None, typer.Option("--success-logs", metavar="DIR", help="Logs of a successful "
-                                                     "job with the same setup: L4 ignores the events they have too.")]
-TelemetryOpt = Annotated[Path | None, typer.Option("--telemetry", metavar="FILE", help="Host metrics (CSV or "
-                                                   "Parquet with a timestamp column): Reveal finds anomalous "
-                                                   "windows.")]
-MetricsOpt = Annotated[Path | None, typer.Option("--metrics", metavar="CSV", help="The job's last 30 minutes of "
-                                                 "minute-level metrics (cpu_util, gpu_util, net_rx_mbps, ...): "
-                                                 "KAIOPS classifies the task and its priors rank the categories.")]
-
-
 def read_incident_text(text: str | None, file: Path | None) -> list[Received]:
     """TEXT, --file F (`-`: stdin) or TEXT `-` (stdin); with both TEXT and --file, the file follows the text. Each
     is read as agent/textinput.py says: any encoding, control characters dropped, a binary refused (NotText, exit
@@ -193,7 +153,8 @@ def run_diagnosis(options: DiagnoseOptions, view: ProgressView, answer: Answer, 
                   resume: str | None = None, run_id: str | None = None) -> Report:
     """Diagnoser.run (or .resume) with the progress view as its event sink; closes the hosts afterwards.
     Ctrl-C prints how to resume the run and exits 130."""
-    from agent.diagnosis import Diagnoser, new_run_id
+    from agent.diagnosis import Diagnoser
+    from agent.runs import new_run_id
 
     diagnoser = Diagnoser(options, emit=view)
     run_id = resume or run_id or new_run_id()
@@ -243,7 +204,7 @@ class TicketExport:
         """Files first, then the webhook: a receiver that fails loses nothing (the ticket is on disk and the
         error says where)."""
         from agent.audit import AuditLog, audit_path, local_user
-        from agent.diagnosis import run_ticket, runs_dir
+        from agent.runs import run_ticket, runs_dir
         from agent.ticket import write_formats
         from agent.ticket_export import ExportError, digest, post, public_url, render_body
 
@@ -339,7 +300,7 @@ def diagnose(
         if resume:
             if text is not None or file is not None:
                 raise IncidentError("--resume continues a saved run: give no incident text or --file")
-            from agent.diagnosis import load_run
+            from agent.runs import load_run
 
             options, incident = load_run(resume, str(data_dir) if data_dir else None)
             if prometheus:
@@ -363,7 +324,7 @@ def diagnose(
             if not host:
                 err.print("[dim]no --host given: checking this machine (local); name the GPU node with "
                           "--host ssh://user@node[/]", highlight=False, soft_wrap=True)
-            from agent.diagnosis import DiagnoseOptions
+            from agent.options import DiagnoseOptions
 
             options = DiagnoseOptions(
                 hosts=hosts, ssh=ssh_options(key, known_hosts, trust_new_host_keys),

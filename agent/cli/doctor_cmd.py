@@ -17,8 +17,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from agent import installation, paths
-from agent.cli.diagnose_cmd import ChromaUrlOpt, DataDirOpt
-from agent.knowledge.store import ENV_DATA_DIR, default_data_dir
+from agent.cli.options import ChromaUrlOpt, DataDirOpt
+from agent.paths import ENV_DATA_DIR, default_data_dir
 
 console = Console(emoji=False)
 KINDS = {"package": "installed package (wheel or sdist)", "editable": "editable install of a checkout",

@@ -17,7 +17,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from agent.cli.diagnose_cmd import BaseUrlOpt, LlmOpt, ModelOpt, clean_errors
+from agent.cli.diagnose_cmd import clean_errors
+from agent.cli.options import BaseUrlOpt, LlmOpt, ModelOpt
 
 METHOD_HELP = "aidai | rcacopilot | tgd | did | cvd"
 

@@ -18,7 +18,8 @@ from agent.history.feedback import ARCHIVE_NAME, append_to_archive, load_resolve
 from agent.history.importer import import_history
 from agent.knowledge.embeddings import EmbeddingUnavailable
 from agent.knowledge.incident_db import IncidentDB
-from agent.knowledge.store import StoreError, default_data_dir
+from agent.knowledge.store import StoreError
+from agent.paths import default_data_dir
 from agent.taxonomy import TaxonomyError, load_candidate, load_taxonomy
 
 app = typer.Typer(help="Import incident history and resolved diagnoses into the past-incident DB.",

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agent.cli.diagnose_cmd import EXIT_BAD_INPUT
+from agent.cli.options import EXIT_BAD_INPUT
 from agent.reasoning.factory import ReasonerConfigError, check_base_url
 
 app = typer.Typer(help="OpenAI-compatible endpoints for the openai reasoner.", no_args_is_help=True)

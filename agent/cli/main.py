@@ -50,6 +50,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "llm": ("llm_cmd", "app", "group"),
     "doctor": ("doctor_cmd", "doctor", "command"),
     "collect": ("collect_cmd", "collect", "command"),
+    "graph": ("graph_cmd", "graph", "command"),
 }
 PRELOAD = {"diagnose", "chat"}  # commands whose pipeline 1 queries the knowledge store
 FAST_EXIT = {"diagnose"}  # commands after which `main` ends the process without the interpreter's teardown

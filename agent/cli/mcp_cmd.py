@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from agent.cli.diagnose_cmd import BaseUrlOpt, CheckpointUrlOpt, ChromaUrlOpt, DataDirOpt, ModelOpt
+from agent.cli.options import BaseUrlOpt, CheckpointUrlOpt, ChromaUrlOpt, DataDirOpt, ModelOpt
 from agent.executors.hosts import SPEC_HELP
 
 

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from agent.cli.diagnose_cmd import PrometheusOpt
+from agent.cli.options import PrometheusOpt
 
 STYLE = {"FAIL": "bold red", "WARN": "yellow", "INFO": "dim"}
 

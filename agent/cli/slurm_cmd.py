@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from agent.cli.diagnose_cmd import DataDirOpt
+from agent.cli.options import DataDirOpt
 from agent.slurm.drain import DEFAULT_MAX_DRAINED_SHARE
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ def _approver(yes: bool, console: Console) -> Approve:
 def _act(run: str | None, data_dir: Path | None, action: str, call: Callable[..., Outcome]) -> None:
     """Open the audit log, run the drain/resume, print its outcome and exit with its code."""
     from agent.audit import AuditError, local_user
-    from agent.knowledge.store import default_data_dir
+    from agent.paths import default_data_dir
     from agent.slurm.drain import open_log
     from agent.slurm.scontrol import SlurmError
 

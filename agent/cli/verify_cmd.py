@@ -16,16 +16,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agent.cli.diagnose_cmd import (
-    EXIT_BAD_INPUT,
-    DataDirOpt,
-    TicketExport,
-    TicketFormatOpt,
-    TicketOpt,
-    WebhookOpt,
-    WebhookTemplateOpt,
-    clean_errors,
-)
+from agent.cli.diagnose_cmd import TicketExport, clean_errors
+from agent.cli.options import EXIT_BAD_INPUT, DataDirOpt, TicketFormatOpt, TicketOpt, WebhookOpt, WebhookTemplateOpt
 
 if TYPE_CHECKING:
     from agent.verify import Verification, Verifier
@@ -109,8 +101,8 @@ def write_run_ticket(verifier: Verifier, export: TicketExport, console: Console)
     """The run's ticket again, now with its "Verification after fix" section: in the data dir always, and where
     --ticket / --webhook say."""
     from agent.audit import AuditLog, audit_path
-    from agent.diagnosis import run_ticket, runs_dir
     from agent.report import build_report
+    from agent.runs import run_ticket, runs_dir
     from agent.ticket import write_formats
     from agent.ticket_export import digest
 

@@ -15,7 +15,7 @@ import shlex
 import time
 from typing import Any
 
-from agent.collect.bundle import HostRecording
+from agent.collect.recording import HostRecording
 
 SEPARATOR = "_" * 44
 HEADER_RE = re.compile(r"Start of NVIDIA bug report log file")

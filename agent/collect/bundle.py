@@ -10,11 +10,10 @@ import hashlib
 import io
 import json
 import tarfile
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from agent.paths import load_script
+from agent.collect.bugreport import is_bug_report, parse_bug_report
+from agent.collect.recording import HostRecording
 
 FORMAT = "aidai-host-bundle/1"
 MAX_MEMBER_BYTES = 512 << 20  # a bundle is a few MB; anything near this is not one
@@ -22,33 +21,6 @@ MAX_MEMBER_BYTES = 512 << 20  # a bundle is a few MB; anything near this is not 
 
 class BundleError(ValueError):
     pass
-
-
-@dataclass
-class HostRecording:
-    """One host as recorded: what its checks ran and read, and when."""
-
-    hostname: str
-    collected_at: float
-    source: str  # "aidai bundle" or "nvidia-bug-report"
-    runs: list[dict[str, Any]] = field(default_factory=list)  # {run: argv, rc, stdout, stderr, missing, timed_out}
-    files: dict[str, str | None] = field(default_factory=dict)
-    exists: dict[str, bool] = field(default_factory=dict)
-    listdir: dict[str, list[str]] = field(default_factory=dict)
-    which: dict[str, str | None] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)
-    euid: int | None = None
-    results: dict[str, Any] = field(default_factory=dict)  # what the checks said on the host itself
-    manifest: dict[str, Any] = field(default_factory=dict)
-
-    def replay(self) -> dict[str, Any]:
-        """The file checklib_record.Replay reads: commands keyed as the checks look them up."""
-        key = load_script("checklib_record").key
-        runs: dict[str, Any] = {}
-        for entry in self.runs:
-            runs.setdefault(key(entry["run"]), entry)
-        return {"runs": runs, "files": self.files, "exists": self.exists, "listdir": self.listdir,
-                "which": self.which, "euid": self.euid, "collected_at": self.collected_at}
 
 
 def load(path: Path) -> HostRecording:
@@ -65,8 +37,6 @@ def load(path: Path) -> HostRecording:
         if len(inner) > 262 and inner[257:262] == b"ustar":
             return _from_tar(path, raw)
         raw = inner
-    from agent.collect.bugreport import is_bug_report, parse_bug_report
-
     text = raw.decode("utf-8", "replace")
     if is_bug_report(text):
         return parse_bug_report(text, path.name)

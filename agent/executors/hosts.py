@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import parse_qs, urlsplit
 
 from agent.executors.base import Executor
@@ -23,6 +23,36 @@ SLURM_QUERY = ("user", "port", *SSH_QUERY)
 
 class HostSpecError(ValueError):
     pass
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """A host spec as typed, in parts: `target` is the host of an ssh:// spec, a Slurm job's id, a sim scenario's
+    directory or a recording's file; `user` the login an ssh:// spec or a Slurm spec's `?user=` names."""
+
+    text: str
+    kind: Literal["local", "ssh", "slurm", "sim", "bundle"]
+    target: str
+    user: str | None = None
+    query: str = ""
+
+
+def parse_spec(spec: str) -> HostSpec:
+    """The one reader of host specs (executors, redaction, pre-triage name hosts from it)."""
+    if spec == "local":
+        return HostSpec(spec, "local", "local")
+    if spec.startswith("ssh://"):
+        parts = urlsplit(spec)
+        return HostSpec(spec, "ssh", parts.hostname or "", parts.username, parts.query)
+    if spec.startswith("slurm:"):
+        job_id, _, query = spec.removeprefix("slurm:").partition("?")
+        user = parse_qs(query).get("user")
+        return HostSpec(spec, "slurm", job_id, user[-1] if user else None, query)
+    if spec.startswith("sim:"):
+        return HostSpec(spec, "sim", spec.removeprefix("sim:"))
+    if spec.startswith("bundle:"):
+        return HostSpec(spec, "bundle", spec.removeprefix("bundle:"))
+    raise HostSpecError(f"unknown host spec {spec!r}; use {SPEC_HELP}")
 
 
 @dataclass
@@ -42,15 +72,15 @@ def parse_ssh(spec: str, options: SshOptions | None = None) -> SshTarget:
     from agent.executors.ssh import SshTarget  # paramiko: imported only for ssh:// hosts
 
     options = options or SshOptions()
-    parts = urlsplit(spec)
-    if parts.scheme != "ssh" or not parts.hostname:
+    parsed = parse_spec(spec) if spec.startswith("ssh://") else None
+    if parsed is None or not parsed.target:
         raise HostSpecError(f"bad ssh host {spec!r}; expected ssh://user@host[:port]")
-    query = _query(spec, parts.query, SSH_QUERY)
+    query = _query(spec, parsed.query, SSH_QUERY)
     try:
-        port = parts.port or 22
+        port = urlsplit(spec).port or 22
     except ValueError:
         raise HostSpecError(f"{spec}: bad port") from None
-    return SshTarget(user=parts.username or options.user, host=parts.hostname, port=port,
+    return SshTarget(user=parsed.user or options.user, host=parsed.target, port=port,
                      key_file=query.get("key", options.key_file),
                      known_hosts=query.get("known_hosts", options.known_hosts),
                      trust_new_host_keys=options.trust_new_host_keys,
@@ -74,8 +104,8 @@ def slurm_executors(spec: str, options: SshOptions | None = None) -> list[Execut
     from agent.slurm.scontrol import SlurmError
 
     options = options or SshOptions()
-    job_id, _, raw_query = spec.removeprefix("slurm:").partition("?")
-    query = _query(spec, raw_query, SLURM_QUERY)
+    parsed = parse_spec(spec)
+    job_id, query = parsed.target, _query(spec, parsed.query, SLURM_QUERY)
     port = query.get("port", str(options.port))
     if not port.isdigit() or not 0 < int(port) < 65536:
         raise HostSpecError(f"{spec}: bad port {port!r}")
@@ -111,24 +141,22 @@ def recorded_executor(path: Path) -> Executor:
 def executors_for(specs: list[str], ssh: SshOptions | None = None) -> list[Executor]:
     """Executors for every spec; a sim scenario with several hosts gives one executor per host."""
     executors: list[Executor] = []
-    for spec in specs or ["local"]:
-        if spec == "local":
+    for spec in map(parse_spec, specs or ["local"]):
+        if spec.kind == "local":
             executors.append(LocalExecutor())
-        elif spec.startswith("ssh://"):
+        elif spec.kind == "ssh":
             from agent.executors.ssh import SshExecutor
 
-            executors.append(SshExecutor(parse_ssh(spec, ssh)))
-        elif spec.startswith("slurm:"):
-            executors.extend(slurm_executors(spec, ssh))
-        elif spec.startswith("sim:"):
+            executors.append(SshExecutor(parse_ssh(spec.text, ssh)))
+        elif spec.kind == "slurm":
+            executors.extend(slurm_executors(spec.text, ssh))
+        elif spec.kind == "sim":
             try:
-                executors.extend(sim_executors(Path(spec[4:])))
+                executors.extend(sim_executors(Path(spec.target)))
             except FileNotFoundError as exc:
                 raise HostSpecError(str(exc)) from None
-        elif spec.startswith("bundle:"):
-            executors.append(recorded_executor(Path(spec[len("bundle:"):])))
         else:
-            raise HostSpecError(f"unknown host spec {spec!r}; use {SPEC_HELP}")
+            executors.append(recorded_executor(Path(spec.target)))
     names = [e.name for e in executors]
     if len(set(names)) != len(names):
         raise HostSpecError(f"the same host is named twice: {names}")

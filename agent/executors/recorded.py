@@ -12,7 +12,8 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from agent.collect.bundle import HostRecording, load
+from agent.collect.bundle import load
+from agent.collect.recording import HostRecording
 from agent.executors.base import ScriptRun
 from agent.executors.local import LocalExecutor
 

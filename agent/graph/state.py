@@ -3,10 +3,11 @@ resumed by another process (pydantic objects are dumped on the way in and rebuil
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, TypedDict
 
-from agent.incident import Incident
+from agent.incident import Incident, IncidentSummary
 from agent.models import CheckResult
 from agent.reasoning.base import LeafJudgement, Observation
 
@@ -58,16 +59,32 @@ def dump_result(result: CheckResult) -> dict[str, Any]:
     return result.model_dump(mode="json") | {"raw_excerpt": result.raw_excerpt[:RAW_IN_STATE]}
 
 
-def load_results(state: DiagnosisState) -> list[CheckResult]:
+# The loaders read any mapping of the state's shape: a node reads the state merged with its own update so far
+# ({**state, **update}) before it returns that update.
+def load_results(state: Mapping[str, Any]) -> list[CheckResult]:
     return [CheckResult.model_validate(r) for r in state.get("results", {}).values()]
 
 
-def load_memory(state: DiagnosisState) -> list[Observation]:
+def load_memory(state: Mapping[str, Any]) -> list[Observation]:
     return [Observation.model_validate(o) for o in state.get("memory", [])]
 
 
-def load_judgements(state: DiagnosisState) -> list[LeafJudgement]:
+def load_judgements(state: Mapping[str, Any]) -> list[LeafJudgement]:
     return [LeafJudgement.model_validate(j) for j in state.get("judgements", [])]
+
+
+def load_summary(state: Mapping[str, Any]) -> IncidentSummary:
+    return IncidentSummary.model_validate(state["summary"])
+
+
+def dump_judgements(judgements: list[LeafJudgement]) -> list[dict[str, Any]]:
+    return [j.model_dump(mode="json") for j in judgements]
+
+
+def trace(state: Mapping[str, Any], pipeline: int, node: str, action: str, detail: str = "") -> list[dict[str, Any]]:
+    """The state's path with one step added (the report's trace of the walk)."""
+    return [*state.get("path", []), {"pipeline": pipeline, "node": node or "ROOT", "action": action,
+                                     "detail": detail}]
 
 
 def incident_time(incident: dict[str, Any]) -> float | None:

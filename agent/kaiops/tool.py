@@ -5,10 +5,10 @@ probabilities, and the knowledge graph's root cause and solutions for the predic
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
+from agent.executors.hosts import HostSpecError, parse_spec
 from agent.incident import Incident
 from agent.kaiops import KaiopsError
 from agent.models import Finding, ToolResult
@@ -31,8 +31,7 @@ def main_priors(probabilities: dict[str, float]) -> dict[str, float]:
 
 
 def _hosts(incident: Incident) -> list[str]:
-    hosts = [Path(h[4:]).name if h.startswith("sim:") else
-             re.sub(r"^[a-z]+://(?:[^@/]*@)?", "", h).split(":")[0].split("/")[0] for h in incident.hosts]
+    hosts = [_host_name(h) for h in incident.hosts]
     listed = incident.attachments.get("hosts")
     if listed and Path(listed).is_file():
         hosts += [line.strip() for line in Path(listed).read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -67,3 +66,13 @@ def kaiops_pretriage(incident: Incident) -> ToolResult | None:
         summary += f"; KG root cause {rca['root_cause']}"
     return ToolResult(tool="kaiops", status="ok", summary=summary, findings=findings, priors=main_priors(probs),
                       data=out, duration_s=round(time.perf_counter() - began, 3))
+
+
+def _host_name(text: str) -> str:
+    """The name KAIOPS's placement knows a host by: a sim scenario's directory, an ssh:// spec's host; a name that is
+    not a spec is that name."""
+    try:
+        spec = parse_spec(text)
+    except HostSpecError:
+        return text
+    return Path(spec.target).name if spec.kind == "sim" else spec.target if spec.kind == "ssh" else ""

@@ -119,7 +119,7 @@ def cache_dirs() -> list[Path]:
         return [Path(env).expanduser()]
     import platformdirs
 
-    from agent.knowledge.store import APP_NAME, default_data_dir
+    from agent.paths import APP_NAME, default_data_dir
 
     dirs = [default_data_dir() / "models", Path(platformdirs.user_data_dir(APP_NAME)) / "models"]
     return list(dict.fromkeys(dirs))

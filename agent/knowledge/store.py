@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from agent.paths import default_data_dir
+
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
     from chromadb.api.models.Collection import Collection
     from llama_index.core import VectorStoreIndex
 
-APP_NAME = "aidai"
-ENV_DATA_DIR = "AIDAI_DATA_DIR"
 ENV_CHROMA_URL = "AIDAI_CHROMA_URL"
 FINGERPRINT_KEY = "fingerprint"
 SPACE = "cosine"
@@ -50,16 +50,6 @@ class StoreLocation:
 
     def describe(self) -> str:
         return f"Chroma server {self.url}" if self.url else f"Chroma directory {self.path}"
-
-
-def default_data_dir() -> Path:
-    """`AIDAI_DATA_DIR` if set, else the per-user data directory of the platform (e.g. ~/.local/share/aidai)."""
-    env = os.environ.get(ENV_DATA_DIR, "").strip()
-    if env:
-        return Path(env).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir(APP_NAME))
 
 
 def parse_url(url: str) -> tuple[str, int, bool]:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from agent.knowledge.store import default_data_dir
 from agent.l4.templates import WILDCARD
+from agent.paths import default_data_dir
 
 FILE_NAME = "l4_patterns.json"
 MIN_SCORE = 0.5

@@ -13,9 +13,10 @@ from typing import Any
 from agent.audit import AuditLog, audit_path, check_event
 from agent.checks.manifest import CheckSpec, Manifest, load_manifest
 from agent.checks.runner import CheckRunner
-from agent.diagnosis import DiagnoseOptions, new_run_id, runs_dir
 from agent.executors.hosts import executors_for
 from agent.models import CheckResult
+from agent.options import DiagnoseOptions
+from agent.runs import new_run_id, runs_dir
 from agent.server.config import Caller, ServerConfig
 from agent.server.inputs import BadInput
 

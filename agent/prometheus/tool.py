@@ -12,8 +12,8 @@ import socket
 import time
 from functools import cache
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
+from agent.executors.hosts import parse_spec
 from agent.incident import Incident
 from agent.models import Finding, ToolResult
 from agent.prometheus.client import Prometheus, PrometheusError
@@ -36,7 +36,7 @@ def host_names(hosts: list[str], runner: CheckRunner | None = None) -> dict[str,
         if inventory is not None and inventory.hostname:
             names.append(inventory.hostname)
         if host.startswith("ssh://"):
-            names.append(urlsplit(host).hostname or host)
+            names.append(parse_spec(host).target or host)
         elif host == "local":
             names.append(socket.gethostname())
         else:

@@ -7,13 +7,17 @@ A Reasoner never runs a command; a leaf is confirmed only when check evidence su
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
 from agent.incident import Incident, IncidentSummary
 from agent.models import CheckResult
+
+if TYPE_CHECKING:
+    from agent.redact import Redactor
 
 LeafStatus = Literal["confirmed", "rejected", "inconclusive"]
 EvidenceStrength = Literal["strong", "weak", "none", "unknown"]
@@ -112,8 +116,15 @@ class Usage:
 
 
 class Reasoner(Protocol):
+    """What the agents ask, and what the Diagnoser sets on it for a run: the run's token budget (a reasoner that
+    calls a model stops calling it there), a hook receiving one audit record per model call, and the redactor every
+    prompt passes through before it leaves the machine. A reasoner that sends nothing anywhere keeps them unused."""
+
     name: str
     usage: Usage
+    token_budget: int | None
+    on_call: Callable[[dict[str, Any]], None] | None
+    redactor: Redactor | None
 
     def summarize(self, incident: Incident) -> IncidentSummary:
         """Key error lines, entities (hosts, GPUs, ranks, Xids, versions) and a retrieval query."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +29,9 @@ from agent.reasoning.base import (
 )
 from agent.reasoning.statements import stated_leaves
 from agent.taxonomy import Taxonomy
+
+if TYPE_CHECKING:
+    from agent.redact import Redactor
 
 Embed = Callable[[list[str]], np.ndarray]
 KEEP_AT_ROOT = 3  # categories explored even without a signal: the incident text is often vague
@@ -68,6 +72,10 @@ class OfflineReasoner:
         self.taxonomy = taxonomy
         self.embed = embed or _default_embed
         self.usage = Usage()
+        # the Reasoner protocol's run settings: nothing here calls a model or sends a prompt anywhere
+        self.token_budget: int | None = None
+        self.on_call: Callable[[dict[str, Any]], None] | None = None
+        self.redactor: Redactor | None = None
         self._node_vectors: dict[str, np.ndarray] = {}
         self._query_vectors: dict[str, np.ndarray] = {}
         self._stated: dict[str, dict[str, str]] = {}

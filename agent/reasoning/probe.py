@@ -65,7 +65,7 @@ class _Unanswered:
 
 
 def _children() -> tuple[NodeInfo, list[NodeInfo]]:
-    from agent.agents.planning import node_info
+    from agent.agents.reading import node_info
     from agent.taxonomy import load_taxonomy
 
     taxonomy = load_taxonomy()

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from sse_starlette.sse import EventSourceResponse
 
 from agent import installation
-from agent.diagnosis import DiagnoseOptions, data_dir
+from agent.options import DiagnoseOptions, data_dir
 from agent.server import events
 from agent.server.auth import Operator, Viewer
 from agent.server.config import ServerConfig

@@ -18,10 +18,12 @@ from contextlib import suppress
 from typing import Any
 
 from agent.checks.manifest import Manifest
-from agent.diagnosis import DiagnoseOptions, Diagnoser, Retrieval, RunNotFound
+from agent.diagnosis import Diagnoser, Retrieval
 from agent.incident import Incident
 from agent.models import CheckResult, Verdict
+from agent.options import DiagnoseOptions
 from agent.report import Report
+from agent.runs import RunNotFound
 from agent.server.config import ServerConfig
 from agent.server.events import Broker
 from agent.server.metrics import ServerMetrics

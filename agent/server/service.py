@@ -12,9 +12,10 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from agent.audit import approval_decision
-from agent.diagnosis import DiagnoseOptions, data_dir, new_run_id
 from agent.incident import Incident
+from agent.options import DiagnoseOptions, data_dir
 from agent.report import Report
+from agent.runs import new_run_id
 from agent.server.config import Caller, ServerConfig
 from agent.server.inputs import BadInput, NewRun, RunCreated, Upload, build_incident, save_uploads
 from agent.server.runs import RunManager
@@ -87,7 +88,7 @@ class RunService:
         run = self.get(run_id)
         if not run.get("report"):
             raise BadInput(f"run {run_id} is {run['status']}: the ticket exists once it is done", 409)
-        from agent.diagnosis import run_ticket
+        from agent.runs import run_ticket
         from agent.ticket import render_markdown
 
         # the run's own mapping: the ticket names hosts and secrets by the placeholders the LLM saw; on the page the

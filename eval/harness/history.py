@@ -21,7 +21,8 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from agent.diagnosis import DiagnoseOptions, Retrieval
+from agent.diagnosis import Retrieval
+from agent.options import DiagnoseOptions
 from agent.reasoning.base import KBPassage, PastIncident
 
 CHROMA = "chroma"
@@ -47,7 +48,7 @@ class HistoryInfo:
 
 
 def default_cache_dir() -> Path:
-    from agent.knowledge.store import default_data_dir
+    from agent.paths import default_data_dir
 
     return default_data_dir() / "eval-cache"
 

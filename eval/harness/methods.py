@@ -31,15 +31,16 @@ from typing import Any, Protocol
 
 from langgraph.checkpoint.memory import InMemorySaver
 
-from agent.agents import planning
+from agent.agents import planning, reading
 from agent.checks.runner import CheckRunner
-from agent.diagnosis import DiagnoseOptions, Diagnoser
+from agent.diagnosis import Diagnoser
 from agent.evidence import assess
 from agent.executors.hosts import executors_for
 from agent.graph.build import DiagnosisGraph
-from agent.graph.state import DiagnosisState
+from agent.graph.state import DiagnosisState, trace
 from agent.incident import IncidentSummary
 from agent.models import CheckResult
+from agent.options import DiagnoseOptions
 from agent.reasoning.base import Choice, EvidenceStrength, NodeInfo, Observation, Reasoner, Usage
 from agent.reasoning.factory import make_reasoner
 from agent.reasoning.offline import OfflineReasoner
@@ -132,11 +133,11 @@ def _snapshot(reasoner: Reasoner) -> Usage:
 
 
 # ---- ours, and TGD (the same graph) --------------------------------------------------------------------------
-class _NoExploration(DiagnosisGraph):
+class _NoExploration(planning.PlanningAgent):
     """TGD: when the taxonomy walk confirms nothing the incident is escalated at once (no pipeline 3)."""
 
     def explore(self, state: DiagnosisState) -> dict[str, Any]:
-        return {"exploration": [], "path": self._trace(state, 2, "", "escalate", "no exploration (TGD)")}
+        return {"exploration": [], "path": trace(state, 2, "", "escalate", "no exploration (TGD)")}
 
 
 class AidAI:
@@ -155,7 +156,7 @@ class AidAI:
         diagnoser = Diagnoser(options, taxonomy=env.taxonomy, reasoner=reasoner, retrieval=env.retrieval,
                               runner=runner)
         if not self.exploration:
-            diagnoser.graph = _NoExploration(diagnoser.tools).build(InMemorySaver())
+            diagnoser.graph = DiagnosisGraph(diagnoser.tools, _NoExploration).build(InMemorySaver())
         try:
             report = diagnoser.run(problem.incident)
         finally:
@@ -218,7 +219,7 @@ def choose(env: Env, reasoner: Reasoner, summary: IncidentSummary, candidates: l
 
 
 def leaf_infos(taxonomy: Taxonomy) -> list[NodeInfo]:
-    return [planning.node_info(taxonomy, leaf.label) for leaf in taxonomy.leaves()]
+    return [reading.node_info(taxonomy, leaf.label) for leaf in taxonomy.leaves()]
 
 
 class RCACopilot:

@@ -83,7 +83,7 @@ def run_taxonomy(config: RunConfig) -> Taxonomy:
 
 def init_worker(config: RunConfig, in_process: bool = False) -> None:
     """Per worker: a private copy of the DB, the (possibly reduced) taxonomy, the offline reasoner, retrieval."""
-    from agent.diagnosis import DiagnoseOptions
+    from agent.options import DiagnoseOptions
     from agent.reasoning.offline import OfflineReasoner
     from eval.harness.methods import resolve_method
 
@@ -93,7 +93,8 @@ def init_worker(config: RunConfig, in_process: bool = False) -> None:
     private = Path(tempfile.mkdtemp(prefix="w-", dir=config.work_dir))
     data = private / "data"
     shutil.copytree(config.data_dir, data, dirs_exist_ok=True)
-    taxonomy, removed = run_taxonomy(config), []
+    taxonomy = run_taxonomy(config)
+    removed: list[str] = []
     if config.remove:
         taxonomy, removed = remove_labels(taxonomy, config.remove)
     offline = OfflineReasoner(taxonomy)

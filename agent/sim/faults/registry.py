@@ -110,9 +110,8 @@ def parse_cli_spec(text: str) -> dict[str, Any]:
 
 
 def resolve(spec: dict[str, Any], want_noise: bool | None = None) -> FaultSpec:
-    """Validate a record-style fault dict against the registry."""
-    from agent.sim import faults as _load_all  # noqa: F401 - registers every domain module
-
+    """Validate a record-style fault dict against the registry (every domain module registered itself when the
+    package `agent.sim.faults` was imported, which importing this module does first)."""
     fid = str(spec.get("fault", ""))
     definition = REGISTRY.get(fid)
     if definition is None:

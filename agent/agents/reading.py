@@ -1,0 +1,71 @@
+"""How the incident reads before any check: every leaf of the taxonomy ranked by the incident's lines, its
+similarity to the leaf and the causes of similar past incidents — no check evidence and no pre-triage (that is the
+hosts' state, not the incident's words). Planning follows it when the walk's findings explain nothing; the
+conclusion weighs each confirmed cause's claim against it.
+
+The reading is asked of `AgentTools.reader` (the offline reasoner in a diagnosis), so which confirmed cause is
+claimed rests on the same deterministic reading whatever model drives the walk."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agent.agents.context import AgentTools
+from agent.graph.state import load_summary
+from agent.incident import IncidentSummary
+from agent.reasoning.base import NodeInfo, PastIncident, Reasoner
+from agent.taxonomy import Taxonomy
+
+# how many of the incident's likeliest causes are tested when what the walk confirmed explains nothing: a search
+# breadth, not a claim (agents/attribution.py decides claims)
+FOLLOWED = 5
+
+
+class IncidentReading:
+    def __init__(self, tools: AgentTools):
+        self.t = tools
+
+    def ranks(self, state: Mapping[str, Any]) -> dict[str, int]:
+        """Every leaf's rank (1 = likeliest)."""
+        similar = [PastIncident.model_validate(p) for p in state.get("similar", [])]
+        return reading(self.t.reader or self.t.reasoner, self.t.taxonomy, load_summary(state), similar)
+
+    def likeliest(self, state: Mapping[str, Any]) -> list[str]:
+        """The incident's FOLLOWED likeliest causes."""
+        ranks = self.ranks(state)
+        return sorted(ranks, key=ranks.__getitem__)[:FOLLOWED]
+
+    def unread(self, state: Mapping[str, Any]) -> list[str]:
+        """The incident's likeliest causes that nothing judged yet."""
+        judged = {j["label"] for j in state.get("judgements", [])}
+        return [label for label in self.likeliest(state) if label not in judged]
+
+
+def node_info(taxonomy: Taxonomy, label: str) -> NodeInfo:
+    """A taxonomy node as a reasoner is shown it."""
+    node = taxonomy.node(label)
+    return NodeInfo(label=node.label, description=node.description, signatures=node.signatures,
+                    checks=node.checks, is_leaf=node.is_leaf, symptoms=node.symptoms)
+
+
+def priors(similar: list[PastIncident], extra: dict[str, float] | None = None) -> dict[str, float]:
+    """Retrieval (and pre-triage) scores spread over each label's ancestors: the planner's priors."""
+    out: dict[str, float] = {}
+    for past in similar:
+        parts = past.label.split(".")
+        for depth in range(1, len(parts) + 1):
+            key = ".".join(parts[:depth])
+            out[key] = max(out.get(key, 0.0), round(past.score, 4))
+    for label, score in (extra or {}).items():
+        out[label] = max(out.get(label, 0.0), score)
+    return out
+
+
+def reading(reasoner: Reasoner, taxonomy: Taxonomy, summary: IncidentSummary,
+            similar: list[PastIncident]) -> dict[str, int]:
+    """Every leaf's rank (1 = likeliest) as the incident reads before any check."""
+    leaves = [node_info(taxonomy, leaf.label) for leaf in taxonomy.leaves()]
+    everything = NodeInfo(label="", description="every root cause of the taxonomy")
+    ranked = reasoner.rank_children(summary, everything, leaves, [], priors(similar))
+    return {choice.label: rank for rank, choice in enumerate(ranked, start=1)}
