@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agent import pretriage
@@ -25,7 +25,7 @@ from agent.checkpoints import open_store
 from agent.checks.runner import CheckRunner
 from agent.executors.hosts import SshOptions, executors_for
 from agent.graph.build import DiagnosisGraph
-from agent.graph.state import DiagnosisState, incident_time, initial_state, load_results
+from agent.graph.state import incident_time, initial_state, load_results
 from agent.incident import Incident
 from agent.options import DiagnoseOptions, data_dir
 from agent.preflight.collect import CHECKS as PREFLIGHT_CHECKS
@@ -223,7 +223,7 @@ class Diagnoser:
         if self.audit is not None:
             self.audit.append(event)
 
-    def _preserve(self, state: DiagnosisState, causes: list[tuple[str, LeafJudgement]]) -> dict[str, Any] | None:
+    def _preserve(self, state: Mapping[str, Any], causes: list[tuple[str, LeafJudgement]]) -> dict[str, Any] | None:
         """The evidence bundle of the confirmed causes (AgentTools.preserve), its manifest's hash in the audit log.
         A bundle that cannot be written is said so in the report, the ticket and the log; the diagnosis goes on."""
         if not self.options.checkpoint or self.run_id is None or self.spool is None:

@@ -19,7 +19,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -112,8 +112,8 @@ def _plugins() -> list[BasePlugin]:
     from detect_secrets.plugins.base import RegexBasedDetector
 
     skip = {"IPPublicDetector", "PrivateKeyDetector", "JwtTokenDetector", "KeywordDetector"}
-    return [cls() for cls in get_mapping_from_secret_type_to_class().values()
-            if issubclass(cls, RegexBasedDetector) and cls.__name__ not in skip]
+    classes: list[type[BasePlugin]] = list(get_mapping_from_secret_type_to_class().values())
+    return [plugin() for plugin in classes if issubclass(plugin, RegexBasedDetector) and plugin.__name__ not in skip]
 
 
 _GATED: dict[str, tuple[str, ...] | re.Pattern[str]] = {  # a plugin runs only when one of these is in the lower-cased
@@ -224,9 +224,12 @@ class Redactor:
             return match.group(0)
         return keep + self._placeholder(kind, value)
 
+    def _secret_sub(self, kind: str, pattern: re.Pattern[str], line: str) -> str:
+        return pattern.sub(partial(self._secret, kind), line)
+
     def _keywords(self, line: str) -> str:
         for kind, pattern in KEYWORD_RULES:
-            line = pattern.sub(lambda m, k=kind: self._secret(k, m), line)
+            line = pattern.sub(partial(self._secret, kind), line)
         return line
 
     @staticmethod
@@ -285,7 +288,7 @@ class Redactor:
         lowered = value.lower()
         for kind, pattern, needles in BLOCK_SECRETS:  # those that may span lines first
             if any(needle in lowered for needle in needles):
-                value = pattern.sub(lambda m, k=kind: self._secret(k, m), value)
+                value = pattern.sub(partial(self._secret, kind), value)
         lines = value.split("\n")
         distinct = list(dict.fromkeys(lines))
         if len(distinct) < len(lines):  # a log repeats lines: redact each distinct line once, in order of appearance
@@ -299,8 +302,7 @@ class Redactor:
         lowered = value.lower()
         for (kind, pattern, needles), gate in zip(SECRETS, SECRET_GATES, strict=True):
             if any(needle in lowered for needle in needles):
-                value = self._on_lines(value, gate, lambda line, k=kind, p=pattern: p.sub(
-                    lambda m: self._secret(k, m), line))
+                value = self._on_lines(value, gate, partial(self._secret_sub, kind, pattern))
         value = self._on_lines(value, KEYWORD_GATE, self._keywords)
         value = self._on_lines(value, RANDOM_GATE, lambda line: RANDOM_TOKENS.sub(self._random_token, line))
         found = library_secrets(value)

@@ -6,8 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agent.agents.attribution import GPU_ENTITY
-from agent.agents.conclusion import Suspected
+from agent.agents.attribution import GPU_ENTITY, Suspected
 from agent.bundle import BundleInfo
 from agent.graph.state import load_judgements, load_results
 from agent.incident import Attachment

@@ -34,6 +34,7 @@ from pydantic import BaseModel, Field
 from agent.audit import AuditLog, audit_path, check_event, local_user, read
 from agent.bundle import MANIFEST, ConfirmingFinding, check_bundle, confirming, load_bundle
 from agent.checks.runner import CheckRunner
+from agent.events import ResultEvent
 from agent.evidence import rule_matches
 from agent.executors.base import Executor
 from agent.executors.hosts import HostSpecError, SshOptions, executors_for
@@ -219,7 +220,7 @@ class Verifier:
 
     def __init__(self, run_id: str, data_dir: str | None = None, *, approve_active: bool = False,
                  since: str | None = None, operator: str | None = None,
-                 emit: Callable[[dict[str, Any]], None] | None = None, taxonomy: Taxonomy | None = None):
+                 emit: Callable[[ResultEvent], None] | None = None, taxonomy: Taxonomy | None = None):
         self.run_id = run_id
         self.options, _ = load_run(run_id, data_dir)
         self.options.data_dir = str(data_root(DiagnoseOptions(data_dir=data_dir)))  # where the run was found
@@ -280,8 +281,9 @@ class Verifier:
             for hosts, batch in batches.items():
                 for result in runner.run(batch, hosts=list(hosts)):
                     fresh[(result.host, result.check)] = result
-                    self.emit({"type": "result", "check": result.check, "host": result.host,
-                               "verdict": result.verdict.value, "summary": result.summary})
+                    self.emit(ResultEvent(check=result.check, host=result.host, verdict=result.verdict.value,
+                                          summary=result.summary, cached=result.cached,
+                                          duration_s=result.duration_s))
         finally:
             for executor in executors:
                 executor.close()

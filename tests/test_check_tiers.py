@@ -8,6 +8,7 @@ from typing import Any
 
 from agent.agents.context import AgentTools
 from agent.checks.runner import CheckRunner
+from agent.events import Event, SkippedEvent
 from agent.executors.hosts import executors_for
 from agent.graph.build import DiagnosisGraph
 from agent.graph.state import initial_state
@@ -21,9 +22,9 @@ TAXONOMY = load_taxonomy()
 
 
 def execute(root: Path, faults: list[dict[str, Any]], label: str, approval: str,
-            ) -> tuple[dict[str, CheckResult], list[dict[str, Any]]]:
+            ) -> tuple[dict[str, CheckResult], list[Event]]:
     host = f"sim:{create_scenario(root, faults, []).root}"
-    events: list[dict[str, Any]] = []
+    events: list[Event] = []
     graph = DiagnosisGraph(AgentTools(taxonomy=TAXONOMY, reasoner=OfflineReasoner(TAXONOMY),
                                       runner=CheckRunner(executors_for([host])), emit=events.append,
                                       approval=approval))  # type: ignore[arg-type]
@@ -36,7 +37,7 @@ def test_a_leaf_its_passive_checks_confirm_skips_the_active_ones(tmp_path: Path)
                           "all")
     assert ran["gpu_memory_errors"].verdict == Verdict.FAIL
     assert "dcgm_diag" not in ran
-    assert [e["checks"] for e in events if e["type"] == "skipped"] == [["dcgm_diag"]]
+    assert [e.checks for e in events if isinstance(e, SkippedEvent)] == [["dcgm_diag"]]
 
 
 def test_an_inner_node_with_a_passive_failure_defers_its_active_checks(tmp_path: Path) -> None:

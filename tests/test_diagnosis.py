@@ -155,8 +155,8 @@ from agent.options import DiagnoseOptions
 from agent.incident import Incident
 entered = []
 def emit(event):
-    if event["type"] == "hypothesis":
-        entered.append(event["node"])
+    if event.type == "hypothesis":
+        entered.append(event.node)
         if len(entered) == int(sys.argv[3]):
             os.kill(os.getpid(), signal.SIGKILL)
 options = DiagnoseOptions(hosts=[sys.argv[1]], data_dir=sys.argv[2], history=False, knowledge=False)

@@ -213,12 +213,13 @@ def test_unreachable_or_wrong_prometheus_fails_cleanly(fleet: Fleet) -> None:
 
 def test_the_diagnosis_runs_it_as_pre_triage(fleet: Fleet, tmp_path: Path) -> None:
     from agent.diagnosis import Diagnoser
+    from agent.events import Event, PretriageEvent
     from agent.options import DiagnoseOptions
 
     options = DiagnoseOptions(hosts=[f"sim:{fleet.a}"], history=False, knowledge=False, checkpoint=False,
                               pretriage=["prometheus"], prometheus=fleet.prometheus, max_checks=1,
                               data_dir=str(tmp_path))
-    events: list[dict] = []
+    events: list[Event] = []
     diagnoser = Diagnoser(options, emit=events.append)
     try:
         report = diagnoser.run(Incident(text="CUDA error: uncorrectable ECC error encountered on rank 3"))
@@ -227,8 +228,8 @@ def test_the_diagnosis_runs_it_as_pre_triage(fleet: Fleet, tmp_path: Path) -> No
     tool = next(t for t in report.pretriage if t.tool == "prometheus")
     assert tool.status == "ok" and tool.hosts[0] == "node-1"
     assert tool.priors[ECC] == max(tool.priors.values())
-    shown = [e for e in events if e["type"] == "pretriage"]
-    assert shown and shown[0]["results"][0]["tool"] == "prometheus"
+    shown = [e for e in events if isinstance(e, PretriageEvent)]
+    assert shown and shown[0].results[0].tool == "prometheus"
 
 
 def test_a_collectors_file_with_a_field_the_simulator_cannot_answer_is_refused(tmp_path: Path) -> None:

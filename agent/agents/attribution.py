@@ -102,6 +102,16 @@ class Attribution(BaseModel):
     claims: dict[str, float] = Field(default_factory=dict)  # label -> probability that it is the incident's cause
 
 
+class Suspected(BaseModel):
+    """A cause the text and history point to that no check here could see: suspected (not checked), with the
+    commands whoever can see it (the provider, on the host) must run."""
+
+    label: str
+    rank: int  # its place in the incident's reading before any check
+    why: str  # why it could not be checked here
+    commands: list[str] = Field(default_factory=list)
+
+
 def claims(found: dict[str, Features], weights: dict[str, float] | None = None) -> dict[str, float]:
     """Each confirmed leaf's probability of being the incident's cause, against the others and against "none of
     them" (a conditional logit: the hosts may carry only old problems, and the cause may be one no check saw)."""

@@ -9,13 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, Field
-
 from agent import inventory as inv
 from agent import limits as L
-from agent.agents.attribution import Attribution, attribute
+from agent.agents.attribution import Attribution, Suspected, attribute
 from agent.agents.context import AgentTools
 from agent.agents.reading import IncidentReading
+from agent.events import ConclusionEvent
 from agent.graph.state import DiagnosisState, load_judgements, load_memory, load_results, load_summary
 from agent.incident import Incident, IncidentSummary
 from agent.models import CheckResult, Verdict
@@ -26,16 +25,6 @@ from agent.taxonomy import Taxonomy
 # suspected when their checks could not see
 SUSPECTED = 3
 SUSPECTED_WITHIN = 10
-
-
-class Suspected(BaseModel):
-    """A cause the text and history point to that no check here could see: suspected (not checked), with the
-    commands whoever can see it (the provider, on the host) must run."""
-
-    label: str
-    rank: int  # its place in the incident's reading before any check
-    why: str  # why it could not be checked here
-    commands: list[str] = Field(default_factory=list)
 
 
 class ConclusionAgent:
@@ -86,7 +75,7 @@ class ConclusionAgent:
             bundle = self.t.preserve(state, causes)
             if bundle is not None:
                 out["evidence_bundle"] = bundle
-        self.t.emit({"type": "conclusion", **out})
+        self.t.emit(ConclusionEvent.model_validate(out))
         self.t.audit({**audit_event(out), "spent": dict(state.get("spent", {}))})
         return {"conclusion": out, "pipeline": pipeline}
 
@@ -139,7 +128,7 @@ def roles(found: Attribution) -> list[tuple[str, LeafJudgement]]:
 
 
 def result(found: Attribution, suspected: list[Suspected], text: str, pipeline: int,
-           stopped: dict[str, Any] | None) -> dict[str, Any]:
+           stopped: L.Stop | None) -> dict[str, Any]:
     """The conclusion as the state keeps it, the report reads it and the faces receive it."""
     if found.also_found:
         text += " Also found on the hosts, not the cause of this incident: " + "; ".join(

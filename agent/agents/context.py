@@ -10,12 +10,14 @@ from typing import Any, Literal
 
 from agent import limits as L
 from agent.checks.runner import CheckRunner
+from agent.events import Event
 from agent.incident import Incident
 from agent.models import ToolResult
 from agent.reasoning.base import KBPassage, LeafJudgement, PastIncident, Reasoner
 from agent.taxonomy import Taxonomy
 
-Emit = Callable[[dict[str, Any]], None]
+Emit = Callable[[Event], None]  # to whoever watches the run (agent/events.py)
+Audit = Callable[[dict[str, Any]], None]  # the run's append-only audit log (agent/audit.py)
 Approval = Literal["all", "none", "ask"]
 PreTriage = Callable[[Incident], ToolResult | None]  # None: nothing for this tool in the incident
 Retrieve = Callable[[str, int], list[PastIncident]]
@@ -37,7 +39,7 @@ class AgentTools:
     approval: Approval = "none"
     max_feedback_rounds: int = 0  # 0: nobody to ask (batch runs); the chat asks
     limits: L.Limits = field(default_factory=L.Limits)
-    audit: Emit = lambda event: None  # the run's append-only audit log (agent/audit.py)
+    audit: Audit = lambda event: None
     operator: str = ""  # who started the run: the approver of record under the policies all/none
     # reads the incident before any check, for attribution (default: the reasoner); the Diagnoser gives the offline
     # reasoner, so which confirmed cause is claimed rests on the same deterministic reading whatever the model

@@ -15,6 +15,7 @@ from typing import Any
 
 from agent.agents.context import AgentTools
 from agent.checks.runner import CheckRunner
+from agent.events import ChecksEvent, InventoryEvent, ResultEvent, SkippedEvent, wire
 from agent.evidence import assess
 from agent.graph.guard import Guard
 from agent.graph.state import DiagnosisState, dump_result, load_results, result_key
@@ -33,9 +34,9 @@ class ExecutionAgent:
         driver) runs nothing."""
         runner = self.t.runner
         taken = runner.take_inventory()
-        hosts = [e.model_dump(mode="json", exclude={"values"}) for e in taken.values()]
-        self.t.emit({"type": "inventory", "hosts": hosts})
-        for host in hosts:
+        event = InventoryEvent(hosts=list(taken.values()))
+        self.t.emit(event)
+        for host in wire(event)["hosts"]:
             self.t.audit({"event": "inventory", **host})
         return {"inventory": {host: {"inventory": runner.inventories[host].model_dump(mode="json"),
                                      "expectations": e.model_dump(mode="json")} for host, e in taken.items()}}
@@ -58,8 +59,7 @@ class ExecutionAgent:
             runner.approve = lambda spec, host: approvals.get(spec.id, False)
             results += self.run(label, costly)
         elif costly and not self.guard.stopped:
-            self.t.emit({"type": "skipped", "node": label, "checks": costly,
-                         "why": "the passive checks already decided it"})
+            self.t.emit(SkippedEvent(node=label, checks=costly, why="the passive checks already decided it"))
         stored = dict(state.get("results", {}))
         stored.update({result_key(r): dump_result(r) for r in results})
         return results, {"results": stored, "approvals": approvals, "approved_by": approvers}
@@ -69,12 +69,11 @@ class ExecutionAgent:
             return []
         self.t.runner.allowed(checks)  # an id outside the manifest is refused before anything runs
         self.guard.label = label
-        self.t.emit({"type": "checks", "node": label, "checks": checks})
+        self.t.emit(ChecksEvent(node=label, checks=checks))
         results = run_checks(self.t.runner, checks)
         for result in results:
-            self.t.emit({"type": "result", "node": label, "check": result.check, "host": result.host,
-                         "verdict": result.verdict.value, "summary": result.summary, "cached": result.cached,
-                         "duration_s": result.duration_s})
+            self.t.emit(ResultEvent(node=label, check=result.check, host=result.host, verdict=result.verdict.value,
+                                    summary=result.summary, cached=result.cached, duration_s=result.duration_s))
         return results
 
     def active_missing(self, state: Mapping[str, Any], labels: list[str]) -> dict[str, list[str]]:

@@ -16,6 +16,7 @@ from agent.agents.context import AgentTools
 from agent.agents.execution import ExecutionAgent
 from agent.agents.reading import IncidentReading, node_info, priors
 from agent.agents.reflection import ReflectionAgent
+from agent.events import ExplorationEvent, HistoryEvent, HypothesisEvent, LoopEvent, RankEvent, WidenEvent
 from agent.evidence import unexplained
 from agent.graph.guard import Guard
 from agent.graph.state import (
@@ -53,7 +54,7 @@ class PlanningAgent:
         summary = load_summary(state)
         similar = (similar_incidents(self.t.reasoner, summary, self.t.retrieve, self.t.taxonomy)
                    if self.t.retrieve else [])
-        self.t.emit({"type": "history", "similar": [p.model_dump(mode="json") for p in similar[:5]]})
+        self.t.emit(HistoryEvent(similar=similar[:5]))
         update: dict[str, Any] = {"similar": [p.model_dump(mode="json") for p in similar],
                                   "priors": priors(similar, state.get("pretriage_priors"))}
         judgements = load_judgements(state)
@@ -128,7 +129,7 @@ class PlanningAgent:
         ranked = rank_children(self.t.reasoner, self.t.taxonomy, load_summary(state), label, load_memory(merged),
                                state.get("priors", {}), untested)
         kept = [c.label for c in ranked if c.keep]
-        self.t.emit({"type": "rank", "node": label or "ROOT", "ranked": [c.model_dump() for c in ranked]})
+        self.t.emit(RankEvent(node=label or "ROOT", ranked=ranked))
         detail = "; ".join(f"{c.label.rsplit('.', 1)[-1]} {c.score:.2f}{'' if c.keep else ' (pruned)'}"
                            for c in ranked)
         path = trace(state, 2, label, "rank", detail)
@@ -151,16 +152,16 @@ class PlanningAgent:
         visited = list(state.get("visited", []))
         if child in visited or any(f["label"] == child for f in stack):
             # loop breaker: a node is entered at most once per pass of the walk
-            self.t.emit({"type": "loop", "node": child})
+            self.t.emit(LoopEvent(node=child))
             return {"stack": stack, "path": trace(state, 2, child, "loop", "already visited in this pass: skipped")}
         stack.append({"label": child, "phase": "enter", "children": [], "next": 0, "mark": len(memory)})
-        self.t.emit({"type": "hypothesis", "node": child, "depth": len(stack) - 1})
+        self.t.emit(HypothesisEvent(node=child, depth=len(stack) - 1))
         return {"stack": stack, "visited": [*visited, child], "path": trace(state, 2, child, "enter")}
 
     def widen(self, state: DiagnosisState) -> dict[str, Any]:
         """Node: the focused walk confirmed nothing: walk again visiting every branch with an untested leaf (passive
         checks are read-only and cached, so this costs only the checks not run yet)."""
-        self.t.emit({"type": "widen"})
+        self.t.emit(WidenEvent())
         return {"widened": True, "path": trace(state, 2, "", "widen", "nothing confirmed: every branch")}
 
     def explore(self, state: DiagnosisState) -> dict[str, Any]:
@@ -169,7 +170,7 @@ class PlanningAgent:
         passages = self.t.kb_query(summary.query, 4) if self.t.kb_query else []
         hypotheses = self.t.reasoner.explore(summary, load_memory(state), passages, load_judgements(state))
         dumped = [h.model_dump(mode="json") for h in hypotheses]
-        self.t.emit({"type": "exploration", "hypotheses": dumped})
+        self.t.emit(ExplorationEvent(hypotheses=hypotheses))
         return {"exploration": dumped, "path": trace(state, 3, "", "explore", f"{len(dumped)} suggestions")}
 
 
@@ -203,8 +204,12 @@ def rank_children(reasoner: Reasoner, taxonomy: Taxonomy, summary: IncidentSumma
     ranked = reasoner.rank_children(summary, parent, children, memory, prior)
     offered = {c.label for c in children}
     # a reasoner must answer about exactly the offered children; anything else is dropped
+    clean: list[Choice] = []
     seen: set[str] = set()
-    clean = [c for c in ranked if c.label in offered and not (c.label in seen or seen.add(c.label))]
+    for choice in ranked:
+        if choice.label in offered and choice.label not in seen:
+            seen.add(choice.label)
+            clean.append(choice)
     clean += [Choice(label=lb, score=0.0, keep=False, why="not ranked") for lb in sorted(offered - seen)]
     if untested is None:
         return clean

@@ -13,6 +13,7 @@ from agent.agents.conclusion import ConclusionAgent
 from agent.agents.context import AgentTools
 from agent.agents.execution import ExecutionAgent
 from agent.agents.reading import IncidentReading, node_info
+from agent.events import JudgementEvent
 from agent.evidence import assess
 from agent.graph.guard import Guard
 from agent.graph.state import DiagnosisState, dump_judgements, load_judgements, load_results, load_summary, trace
@@ -33,7 +34,7 @@ class ReflectionAgent:
 
     def judge(self, state: Mapping[str, Any], label: str, pipeline: int) -> LeafJudgement:
         judgement = validate(self.t.reasoner, self.t.taxonomy, load_summary(state), label, load_results(state))
-        self.t.emit({"type": "judgement", "pipeline": pipeline, **judgement.model_dump(mode="json")})
+        self.t.emit(JudgementEvent(pipeline=pipeline, **judgement.model_dump()))
         return judgement
 
     def test(self, state: Mapping[str, Any], label: str, pipeline: int,

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from agent.agents.context import AgentTools
+from agent.events import PretriageEvent, SummaryEvent
 from agent.graph.state import DiagnosisState, load_summary, trace
 from agent.incident import Incident, IncidentSummary
 from agent.models import ToolResult
@@ -25,7 +26,7 @@ class SummarizationAgent:
         """Node: the incident's key lines, entities and retrieval query (again after the user's feedback)."""
         incident = Incident.model_validate(state["incident"])
         summary = summarize(self.t.reasoner, incident, state.get("feedback"))
-        self.t.emit({"type": "summary", **summary.model_dump(mode="json", exclude={"text", "query"})})
+        self.t.emit(SummaryEvent(**summary.model_dump(exclude={"text", "query"})))
         return {"summary": summary.model_dump(mode="json")}
 
     def pretriage(self, state: DiagnosisState) -> dict[str, Any]:
@@ -56,7 +57,7 @@ class SummarizationAgent:
             summary.entities.hosts = list(dict.fromkeys([*suspects, *summary.entities.hosts]))
             update["summary"] = summary.model_dump(mode="json")
         if found:
-            self.t.emit({"type": "pretriage", "results": found})
+            self.t.emit(PretriageEvent.model_validate({"results": found}))
         return update
 
     def feedback(self, state: DiagnosisState) -> dict[str, Any]:

@@ -24,7 +24,7 @@ Admit = Callable[[list[Job]], dict[Job, str]]
 RawSink = Callable[[str, str, str], None]
 
 # hosts checked at once (each with up to `workers` checks at once): the best wall over SSH at 64 and 256 hosts in
-# eval/bench_fanout.py (eval/results/fanout.md); raise it for a fleet of real nodes, see the README
+# eval/bench_fanout.py (eval/results/fanout.md); raise it for a fleet of real nodes (docs/faces/cli.md)
 DEFAULT_PARALLEL_HOSTS = 8
 # characters of what a check saw (its commands' stdout and stderr, the files it read) a script reports whole when a
 # raw sink wants it (the evidence bundle)

@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from agent.checks.runner import DEFAULT_PARALLEL_HOSTS
 from agent.cli.options import (
     ATTACHMENT_FLAGS,
     EXIT_BAD_INPUT,
@@ -332,7 +333,7 @@ def diagnose(
                 model=model, profile=profile, data_dir=str(data_dir) if data_dir else None, chroma_url=chroma_url,
                 history=not no_history, max_checks=max_checks, max_wall_s=max_wall_s, max_llm_tokens=max_llm_tokens,
                 operator=operator, checkpoint_url=checkpoint_url, prometheus=prometheus,
-                **({"max_parallel_hosts": max_parallel_hosts} if max_parallel_hosts else {}))
+                max_parallel_hosts=max_parallel_hosts or DEFAULT_PARALLEL_HOSTS)
         options.limits()  # a bad limit is refused before anything runs
         view = ProgressView(err)
         answer = signed(make_answer(view, err, interactive=ask, approve_all=approve_active), operator)

@@ -14,7 +14,8 @@ from rich.table import Table
 from agent.knowledge.embeddings import EmbeddingUnavailable
 from agent.knowledge.incident_db import ImportReport, IncidentDB
 from agent.knowledge.kb_index import KBReport, KnowledgeBase
-from agent.knowledge.store import ENV_CHROMA_URL, ENV_DATA_DIR, StoreError, StoreLocation, resolve_location
+from agent.knowledge.store import ENV_CHROMA_URL, StoreError, StoreLocation, resolve_location
+from agent.paths import ENV_DATA_DIR
 from agent.reasoning.base import KBPassage, PastIncident
 
 app = typer.Typer(help="Build and search the past-incident DB and the domain knowledge base.", no_args_is_help=True)
@@ -97,8 +98,8 @@ def build(
     console.print(table)
     console.print(f"incidents in the DB: {totals[0]}   KB passages: {totals[1]}")
     rejected = [(r.path, rej) for r in reports for rej in r.rejected]
-    for path, rej in rejected:
-        err.print(f"[yellow]rejected[/] {escape(str(path))} {escape(str(rej))}")
+    for where, rej in rejected:
+        err.print(f"[yellow]rejected[/] {escape(str(where))} {escape(str(rej))}")
     for problem in kb_report.problems:
         err.print(f"[yellow]KB[/] {escape(problem)}")
     if rejected:

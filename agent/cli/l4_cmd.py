@@ -11,10 +11,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agent.knowledge.store import ENV_DATA_DIR
 from agent.l4.dask_stage import ENGINES
 from agent.l4.patterns import FaultPattern, PatternError, PatternLibrary, library_path
 from agent.l4.reader import LogError
+from agent.paths import ENV_DATA_DIR
 
 if TYPE_CHECKING:
     from agent.l4.localize import L4Result

@@ -20,7 +20,8 @@ from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
-from agent.inventory import Expectations
+from agent import events as ev
+from agent.events import Event
 
 if TYPE_CHECKING:
     from agent.report import Report
@@ -112,9 +113,9 @@ class ProgressView:
         self._pending = []
 
     # ---- events -------------------------------------------------------------------------------------------
-    def __call__(self, event: dict[str, Any]) -> None:
+    def __call__(self, event: Event) -> None:
         try:
-            handler = getattr(self, f"_on_{event.get('type')}", None)
+            handler = getattr(self, f"_on_{event.type}", None)
             if handler is not None:
                 handler(event)
         except Exception as exc:  # the display must never stop a diagnosis
@@ -123,7 +124,7 @@ class ProgressView:
     def _indent(self, extra: int = 0) -> str:
         return "  " * (self.depth + extra)
 
-    def _on_summary(self, e: dict[str, Any]) -> None:
+    def _on_summary(self, e: ev.SummaryEvent) -> None:
         self._summaries += 1
         if self._summaries > 1:  # the user's answer became part of the incident: the walk starts again
             self.line("[bold]your answer[/] is part of the incident now: searching again "
@@ -131,29 +132,27 @@ class ProgressView:
             self.pipeline, self.depth = 2, 0
             self.set("choosing the next hypothesis")
             return
-        self.line(f"[bold]incident[/]: {escape(_clip(e.get('title', ''), 160))}")
-        entities = e.get("entities") or {}
-        named = [f"{k} {', '.join(map(str, v))}" for k, v in entities.items() if v and k != "versions"]
+        self.line(f"[bold]incident[/]: {escape(_clip(e.title, 160))}")
+        named = [f"{k} {', '.join(map(str, v))}" for k, v in e.entities.model_dump().items() if v and k != "versions"]
         if named:
             self.line(f"[dim]  seen in the text: {escape('; '.join(named))}[/]")
         self.set("searching similar past incidents (the first search loads the embedding model)")
 
-    def _on_inventory(self, e: dict[str, Any]) -> None:
-        for host in map(Expectations.model_validate, e.get("hosts", [])):
+    def _on_inventory(self, e: ev.InventoryEvent) -> None:
+        for host in e.hosts:
             self.line(f"[{'yellow' if host.cannot_check else 'dim'}]{escape(_clip(host.line(), 480))}[/]")
 
-    def _on_pretriage(self, e: dict[str, Any]) -> None:
-        for tool in e.get("results", []):
-            style = "red" if tool.get("status") == "error" else "dim"
-            text = tool.get("summary") or tool.get("reason") or tool.get("status", "")
-            self.line(f"[{style}]pre-triage {escape(tool.get('tool', ''))}: {escape(_clip(text, 200))}[/]")
+    def _on_pretriage(self, e: ev.PretriageEvent) -> None:
+        for tool in e.results:
+            style = "red" if tool.status == "error" else "dim"
+            text = tool.summary or tool.reason or tool.status
+            self.line(f"[{style}]pre-triage {escape(tool.tool)}: {escape(_clip(text, 200))}[/]")
 
-    def _on_history(self, e: dict[str, Any]) -> None:
-        similar = e.get("similar", [])
-        if similar:
+    def _on_history(self, e: ev.HistoryEvent) -> None:
+        if e.similar:
             best: dict[str, float] = {}
-            for p in similar:
-                best[p["label"]] = max(best.get(p["label"], 0.0), float(p["score"]))
+            for p in e.similar:
+                best[p.label] = max(best.get(p.label, 0.0), p.score)
             top = ", ".join(f"{escape(label)} {score:.2f}" for label, score in list(best.items())[:3])
             self.line(f"[bold]pipeline 1[/] similar past incidents: {top}")
         else:
@@ -161,104 +160,100 @@ class ProgressView:
         self.pipeline, self.depth = 1, 1
         self.set("testing what similar past incidents had")
 
-    def _on_hypothesis(self, e: dict[str, Any]) -> None:
+    def _on_hypothesis(self, e: ev.HypothesisEvent) -> None:
         if self.pipeline != 2:
             self.pipeline = 2
             self.line("[bold]pipeline 2[/] taxonomy search (depth first)")
-        self.depth = int(e.get("depth", 1))
-        markup = f"{self._indent()}[cyan]▸ {escape(e['node'])}[/]"
+        self.depth = e.depth
+        markup = f"{self._indent()}[cyan]▸ {escape(e.node)}[/]"
         self._pending = [(d, m) for d, m in self._pending if d < self.depth]
-        if e["node"] in self._entered:
+        if e.node in self._entered:
             self._pending.append((self.depth, markup))
             self._fresh = ""
         else:
-            self._entered.add(e["node"])
-            self._fresh = e["node"]
+            self._entered.add(e.node)
+            self._fresh = e.node
             self.new(markup)
-        self.set(f"pipeline 2: {e['node']}")
+        self.set(f"pipeline 2: {e.node}")
 
-    def _on_widen(self, e: dict[str, Any]) -> None:
+    def _on_widen(self, e: ev.WidenEvent) -> None:
         self._pending = []
         self.line("[bold]pipeline 2[/] nothing confirmed yet: searching every branch with an untested leaf "
                   "[dim](only what is new is shown)[/]")
         self.set("pipeline 2: widened search")
 
-    def _on_rank(self, e: dict[str, Any]) -> None:
-        node = e.get("node", "ROOT")
+    def _on_rank(self, e: ev.RankEvent) -> None:
+        node = e.node
         if node == "ROOT":
             if self.pipeline != 2:
                 self.pipeline = 2
                 self.line("[bold]pipeline 2[/] taxonomy search (depth first)")
             self.depth = 0
-        ranked = e.get("ranked", [])
-        kept = [r for r in ranked if r.get("keep")]
-        pruned = len(ranked) - len(kept)
-        order = tuple(r["label"] for r in kept)
+        kept = [r for r in e.ranked if r.keep]
+        pruned = len(e.ranked) - len(kept)
+        order = tuple(r.label for r in kept)
         before = self._ranked.get(node)
         self._ranked[node] = order
         if before is None or [label for label in before if label in order] != [lb for lb in order if lb in before]:
             # first seen, or the order changed (the user's answer re-ranked it): the whole ranking is news
             if kept:
-                shown = ", ".join(f"{escape(_short(r['label']))} {r['score']:.2f}" for r in kept)
+                shown = ", ".join(f"{escape(_short(r.label))} {r.score:.2f}" for r in kept)
                 word = "next" if before is None else "re-ranked"
                 self.new(f"{self._indent(1)}[dim]{word}: {shown}{f' ({pruned} pruned)' if pruned else ''}[/]")
             elif before is None:
                 self.new(f"{self._indent(1)}[dim]⊘ no child of {escape(_short(node))} is relevant: back up[/]")
-        elif added := [r for r in kept if r["label"] not in before]:  # the widened walk keeps more: only those
-            shown = ", ".join(f"{escape(_short(r['label']))} {r['score']:.2f}" for r in added)
+        elif added := [r for r in kept if r.label not in before]:  # the widened walk keeps more: only those
+            shown = ", ".join(f"{escape(_short(r.label))} {r.score:.2f}" for r in added)
             self.new(f"{self._indent(1)}[dim]also: {shown}[/]")
         self.set("choosing the next hypothesis")
 
-    def _on_checks(self, e: dict[str, Any]) -> None:
-        if self.pipeline == 1 and e["node"] != self._checks_node:
-            self.line(f"{self._indent()}[cyan]▸ {escape(e['node'])}[/] [dim](from history)[/]")
-        self._checks_node = e["node"]
-        checks = e.get("checks", [])
-        if checks:
-            self.set(f"{_short(e['node'])}: running {', '.join(checks)}")
+    def _on_checks(self, e: ev.ChecksEvent) -> None:
+        if self.pipeline == 1 and e.node != self._checks_node:
+            self.line(f"{self._indent()}[cyan]▸ {escape(e.node)}[/] [dim](from history)[/]")
+        self._checks_node = e.node
+        if e.checks:
+            self.set(f"{_short(e.node)}: running {', '.join(e.checks)}")
 
-    def _on_result(self, e: dict[str, Any]) -> None:
-        if e.get("cached"):
+    def _on_result(self, e: ev.ResultEvent) -> None:
+        if e.cached:
             return
-        verdict = str(e.get("verdict", "UNKNOWN"))
-        style = VERDICT_STYLE.get(verdict, "")
-        self.new(f"{self._indent(1)}[{style}]{VERDICT_ICON.get(verdict, '?')} {verdict:<7}[/] "
-                  f"{escape(e['check'])}@{escape(e['host'])}: {escape(_clip(e.get('summary', ''), 160))} "
-                  f"[dim]{float(e.get('duration_s', 0)):.1f}s[/]")
+        style = VERDICT_STYLE.get(e.verdict, "")
+        self.new(f"{self._indent(1)}[{style}]{VERDICT_ICON.get(e.verdict, '?')} {e.verdict:<7}[/] "
+                 f"{escape(e.check)}@{escape(e.host)}: {escape(_clip(e.summary, 160))} "
+                 f"[dim]{e.duration_s:.1f}s[/]")
 
-    def _on_skipped(self, e: dict[str, Any]) -> None:
-        key = (e.get("node", ""), *e.get("checks", []))
+    def _on_skipped(self, e: ev.SkippedEvent) -> None:
+        key = (e.node, *e.checks)
         if key in self._skipped:
             return
         self._skipped.add(key)
-        self.new(f"{self._indent(1)}[dim]skipped {escape(', '.join(e.get('checks', [])))} (active): "
-                  f"{escape(e.get('why', ''))}[/]")
+        self.new(f"{self._indent(1)}[dim]skipped {escape(', '.join(e.checks))} (active): {escape(e.why)}[/]")
 
-    def _on_judgement(self, e: dict[str, Any]) -> None:
-        status, label = e.get("status"), escape(e.get("label", ""))
-        if self._judged.get(e.get("label", "")) == status and e.get("label") != self._fresh:  # the same again
+    def _on_judgement(self, e: ev.JudgementEvent) -> None:
+        status, label = e.status, escape(e.label)
+        if self._judged.get(e.label) == status and e.label != self._fresh:  # the same again
             self.set("choosing the next hypothesis")
             return
-        self._judged[e.get("label", "")] = str(status)
+        self._judged[e.label] = status
         if status == "confirmed":
             self.new(f"{self._indent(1)}[bold green]✔ confirmed[/] [bold]{label}[/] "
-                     f"({float(e.get('confidence', 0)):.2f}): {escape(_clip(e.get('why', ''), 200))}")
+                     f"({e.confidence:.2f}): {escape(_clip(e.why, 200))}")
         elif status == "inconclusive":
-            self.new(f"{self._indent(1)}[yellow]? inconclusive[/] {label}: {escape(_clip(e.get('why', ''), 160))}")
+            self.new(f"{self._indent(1)}[yellow]? inconclusive[/] {label}: {escape(_clip(e.why, 160))}")
         else:
             self.new(f"{self._indent(1)}[red]✘ rejected[/] [dim]{label}[/]")
         self.set("choosing the next hypothesis")
 
-    def _on_exploration(self, e: dict[str, Any]) -> None:
+    def _on_exploration(self, e: ev.ExplorationEvent) -> None:
         self._pending = []
-        n = len(e.get("hypotheses", []))
-        self.line(f"[bold]pipeline 3[/] no check confirmed a cause; {n} suggestion(s) from the knowledge base")
+        self.line(f"[bold]pipeline 3[/] no check confirmed a cause; {len(e.hypotheses)} suggestion(s) from the "
+                  "knowledge base")
         self.set("concluding")
 
-    def _on_conclusion(self, e: dict[str, Any]) -> None:
+    def _on_conclusion(self, e: ev.ConclusionEvent) -> None:
         took = time.perf_counter() - self._began
-        if e.get("resolved"):
-            labels = ", ".join(escape(c.get("label", "")) for c in e.get("root_causes", []))
+        if e.resolved:
+            labels = ", ".join(escape(c.label) for c in e.root_causes)
             self.line(f"[bold green]resolved[/] in {took:.1f} s: {labels}")
         else:
             self.line(f"[bold yellow]unresolved[/] after {took:.1f} s: escalate")

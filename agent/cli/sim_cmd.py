@@ -101,9 +101,8 @@ def list_faults(as_json: Annotated[bool, typer.Option("--json")] = False) -> Non
     table = Table(title=f"{len(rows)} fault and noise ids")
     for col in ("id", "leaf", "params"):
         table.add_column(col, overflow="fold")
-    for row in rows:
-        params = ", ".join(f"{k}={v}" for k, v in row["params"].items())
-        table.add_row(row["id"], row["leaf"] or "(noise)", params)
+    for d in sorted(REGISTRY.values(), key=lambda d: (d.is_noise, d.id)):
+        table.add_row(d.id, d.leaf or "(noise)", ", ".join(f"{p.name}={p.default}" for p in d.params))
     console.print(table)
 
 

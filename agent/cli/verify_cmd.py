@@ -74,8 +74,8 @@ def verify(
             export = TicketExport(ticket, ticket_format, webhook, webhook_template)
             verifier = Verifier(run, str(data_dir) if data_dir else None, approve_active=approve_active, since=since,
                                 operator=local_user(),
-                                emit=lambda e: err.print(f"[dim]  {escape(e['host'])} {escape(e['check'])}: "
-                                                         f"{escape(e['verdict'])}[/]", highlight=False))
+                                emit=lambda e: err.print(f"[dim]  {escape(e.host)} {escape(e.check)}: "
+                                                         f"{escape(e.verdict)}[/]", highlight=False))
             err.print(f"[dim]aidai: verifying run {escape(run)} on {escape(', '.join(verifier.options.hosts))}[/]",
                       highlight=False, soft_wrap=True)
             round_ = verifier.run()

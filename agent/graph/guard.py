@@ -9,17 +9,21 @@ ran is a loop. A limit reached sets the state's `stopped`, which every route obe
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from agent import inventory as inv
 from agent import limits as L
 from agent.agents.context import AgentTools
 from agent.audit import check_event
+from agent.events import StoppedEvent
 from agent.graph.state import DiagnosisState, incident_time, result_key
 from agent.models import CheckResult
 
-Node = Callable[[DiagnosisState], dict[str, Any]]
+
+class Node(Protocol):
+    """A graph node: the state in, the keys it changes out (LangGraph calls it with `state=`)."""
+
+    def __call__(self, state: DiagnosisState) -> dict[str, Any]: ...
 
 
 class Guard:
@@ -63,7 +67,7 @@ class Guard:
                 stop = self.stop or self.t.limits.exceeded(spent)
                 if stop is not None:
                     update["stopped"] = stop
-                    self.t.emit({"type": "stopped", "node": name, **stop})
+                    self.t.emit(StoppedEvent(node=name, **stop))
                     self.t.audit({"event": "stopped", "node": name, **stop, "spent": dict(spent)})
             return update
 

@@ -32,6 +32,6 @@ def defer_sdk_init(name: str = PACKAGE) -> bool:
         spec.loader.exec_module(module)  # type: ignore[union-attr]
         return getattr(module, attr)
 
-    module.__getattr__ = __getattr__  # type: ignore[attr-defined]
+    vars(module)["__getattr__"] = __getattr__  # PEP 562: a module's own __getattr__
     sys.modules[name] = module
     return True

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, TypedDict
 
 from agent.incident import Incident, IncidentSummary
+from agent.limits import Spent, Stop
 from agent.models import CheckResult
 from agent.reasoning.base import LeafJudgement, Observation
 
@@ -42,8 +43,8 @@ class DiagnosisState(TypedDict, total=False):
     approvals: dict[str, bool]  # check id -> the user's answer for active/intrusive checks
     approved_by: dict[str, str]  # check id -> who answered (an operator's name, or the run's owner under a policy)
     visited: list[str]  # nodes entered in this pass of the DFS (the loop breaker enters each at most once)
-    spent: dict[str, Any]  # agent.limits.Spent: checks, seconds, tokens and steps used so far
-    stopped: dict[str, str]  # agent.limits.Stop: the limit that ended the investigation, if one did
+    spent: Spent  # checks, seconds, tokens and steps used so far
+    stopped: Stop  # the limit that ended the investigation, if one did
     pipeline: int  # the pipeline that confirmed the root cause; 0 while none has
     exploration: list[dict[str, Any]]
     feedback: list[str]

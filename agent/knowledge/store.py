@@ -19,7 +19,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from agent.paths import default_data_dir
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 ENV_CHROMA_URL = "AIDAI_CHROMA_URL"
 FINGERPRINT_KEY = "fingerprint"
-SPACE = "cosine"
+SPACE: Literal["cosine"] = "cosine"
 _BATCH = 500
 
 Scalar = str | int | float | bool
@@ -110,8 +110,11 @@ def collection_exists(location: StoreLocation, name: str) -> bool:
 
 def get_collection(location: StoreLocation, name: str) -> Collection:
     """The collection (created empty, cosine space, no Chroma-side embedding function, if missing)."""
+    from chromadb.api.collection_configuration import CreateCollectionConfiguration, CreateHNSWConfiguration
+
     return client(location).get_or_create_collection(
-        name, configuration={"hnsw": {"space": SPACE}}, embedding_function=None)
+        name, configuration=CreateCollectionConfiguration(hnsw=CreateHNSWConfiguration(space=SPACE)),
+        embedding_function=None)
 
 
 class StoredCollection:
@@ -286,9 +289,10 @@ def retrieve(collection: Collection, text: str, k: int, where: dict[str, Any] | 
                              include=["documents", "metadatas", "distances"], **kwargs)
     space = space_of(collection)
     ids = found["ids"][0] if found["ids"] else []
-    documents = (found.get("documents") or [[]])[0] or [None] * len(ids)
-    metadatas = (found.get("metadatas") or [[]])[0] or [None] * len(ids)
-    distances = (found.get("distances") or [[]])[0] or [None] * len(ids)
+    nothing: list[None] = [None] * len(ids)
+    documents: Sequence[str | None] = (found.get("documents") or [[]])[0] or nothing
+    metadatas: Sequence[Any] = (found.get("metadatas") or [[]])[0] or nothing
+    distances: Sequence[float | None] = (found.get("distances") or [[]])[0] or nothing
     hits = []
     for id_, document, row_meta, distance in zip(ids, documents, metadatas, distances, strict=False):
         cosine = min(1.0, max(0.0, distance_to_cosine(float(distance), space))) if distance is not None else 0.0

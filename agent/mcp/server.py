@@ -183,6 +183,7 @@ def build_server(service: RunService, identity: Identity, settings: McpSettings,
         with answer). Once done, `run.result` holds the root causes and the evidence."""
         who()
         deadline = time.monotonic() + min(wait_s, MAX_WAIT_S)
+        batch: list[tuple[int, dict[str, Any]]] = []
         while True:
             run = await call(service.record, run_id)
             batch = await call(store.events, run_id, after, max_events + 1)

@@ -63,7 +63,8 @@ class Client:
 
 def parse_sse(lines: Iterator[str]) -> Iterator[Event]:
     """text/event-stream lines into events (comments and pings skipped)."""
-    kind, data, seq = "message", [], 0
+    kind, seq = "message", 0
+    data: list[str] = []
     for raw in lines:
         line = raw.rstrip("\r")
         if not line:

@@ -19,6 +19,7 @@ from typing import Any
 
 from agent.checks.manifest import Manifest
 from agent.diagnosis import Diagnoser, Retrieval
+from agent.events import wire
 from agent.incident import Incident
 from agent.models import CheckResult, Verdict
 from agent.options import DiagnoseOptions
@@ -311,7 +312,8 @@ class RunManager:
         diagnoser: Diagnoser | None = None
         try:
             replay = Replay(self.store, run_id, run.get("answer"))
-            diagnoser = Diagnoser(options, emit=replay.wrap(lambda event: self.emit(run_id, event)),
+            relay = replay.wrap(lambda event: self.emit(run_id, event))
+            diagnoser = Diagnoser(options, emit=lambda event: relay(wire(event)),
                                   retrieval=self.retrieval(options))
             replay.watch(diagnoser)
             report = self._drive(diagnoser, run_id, run)

@@ -7,6 +7,7 @@ file is in WAL mode so a reader never blocks a worker.
 
 from __future__ import annotations
 
+import builtins
 import json
 import sqlite3
 import threading
@@ -75,7 +76,7 @@ class RunStore:
             rows = self._conn.execute(query, ((status,) if status else ()) + (limit,)).fetchall()
         return [_run(row) for row in rows]
 
-    def unfinished(self) -> list[dict[str, Any]]:
+    def unfinished(self) -> builtins.list[dict[str, Any]]:
         with self._lock:
             rows = self._conn.execute(f"SELECT * FROM runs WHERE status IN {ACTIVE} ORDER BY created").fetchall()
         return [_run(row) for row in rows]
@@ -153,13 +154,13 @@ class RunStore:
             (run_id, ts, str(event.get("type", "")), data, run_id))
         return int(cur.fetchone()[0])
 
-    def events(self, run_id: str, after: int = 0, limit: int = 500) -> list[tuple[int, dict[str, Any]]]:
+    def events(self, run_id: str, after: int = 0, limit: int = 500) -> builtins.list[tuple[int, dict[str, Any]]]:
         with self._lock:
             rows = self._conn.execute("SELECT seq, data FROM events WHERE run_id = ? AND seq > ? ORDER BY seq "
                                       "LIMIT ?", (run_id, after, limit)).fetchall()
         return [(int(row["seq"]), json.loads(row["data"])) for row in rows]
 
-    def events_of(self, run_id: str, kind: str) -> list[dict[str, Any]]:
+    def events_of(self, run_id: str, kind: str) -> builtins.list[dict[str, Any]]:
         """Every event of one type, in order (e.g. the answers a run was given)."""
         with self._lock:
             rows = self._conn.execute("SELECT data FROM events WHERE run_id = ? AND type = ? ORDER BY seq",

@@ -1,0 +1,177 @@
+"""What a diagnosis tells whoever watches it, step by step: one typed event per kind, one union of them.
+
+The agents emit these (AgentTools.emit); the CLI's progress view renders them by kind; the server stores and
+streams them as JSON (`event.model_dump(mode="json")`: `type` names the kind, the other fields as declared), which is
+what the page reads. A run's audit log is a different record (agent/audit.py): what was done and by whom, kept for
+the provider.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_serializer
+
+from agent.agents.attribution import Suspected
+from agent.incident import Entities
+from agent.inventory import Expectations
+from agent.models import ToolResult
+from agent.reasoning.base import Choice, ExplorationHypothesis, LeafJudgement, PastIncident
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SummaryEvent(_Event):
+    """The incident as the summarization agent read it (again after the user's answer)."""
+
+    type: Literal["summary"] = "summary"
+    title: str
+    key_lines: list[str] = Field(default_factory=list)
+    entities: Entities = Field(default_factory=Entities)
+    environment: str = ""
+
+
+class InventoryEvent(_Event):
+    """What each host is, and the expectations its checks get (or why it cannot be checked)."""
+
+    type: Literal["inventory"] = "inventory"
+    hosts: list[Expectations]
+
+    @field_serializer("hosts")
+    def _without_values(self, hosts: list[Expectations]) -> list[dict[str, Any]]:
+        return [h.model_dump(mode="json", exclude={"values"}) for h in hosts]  # the thresholds stay in the state
+
+
+class PretriageEvent(_Event):
+    type: Literal["pretriage"] = "pretriage"
+    results: list[ToolResult]
+
+
+class HistoryEvent(_Event):
+    """Pipeline 1: the most similar past incidents."""
+
+    type: Literal["history"] = "history"
+    similar: list[PastIncident]
+
+
+class HypothesisEvent(_Event):
+    """Pipeline 2 entered a taxonomy node."""
+
+    type: Literal["hypothesis"] = "hypothesis"
+    node: str
+    depth: int
+
+
+class RankEvent(_Event):
+    """A node's children, ranked; keep=False pruned."""
+
+    type: Literal["rank"] = "rank"
+    node: str
+    ranked: list[Choice]
+
+
+class LoopEvent(_Event):
+    """A node already entered in this pass of the walk: skipped."""
+
+    type: Literal["loop"] = "loop"
+    node: str
+
+
+class WidenEvent(_Event):
+    type: Literal["widen"] = "widen"
+
+
+class ChecksEvent(_Event):
+    """Checks about to run for a node, on every host that can be checked."""
+
+    type: Literal["checks"] = "checks"
+    node: str
+    checks: list[str]
+
+
+class ResultEvent(_Event):
+    """One check's result on one host (`node`: the hypothesis it ran for; empty for a verification after a fix)."""
+
+    type: Literal["result"] = "result"
+    node: str = ""
+    check: str
+    host: str
+    verdict: str
+    summary: str
+    cached: bool = False
+    duration_s: float = 0.0
+
+
+class SkippedEvent(_Event):
+    """Active checks not run because the passive ones decided the node."""
+
+    type: Literal["skipped"] = "skipped"
+    node: str
+    checks: list[str]
+    why: str
+
+
+class JudgementEvent(LeafJudgement):
+    """A leaf judged on its checks' evidence (the judgement's own fields, and the pipeline that tested it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["judgement"] = "judgement"
+    pipeline: int
+
+
+class ExplorationEvent(_Event):
+    """Pipeline 3: suggestions from the knowledge base when no check confirmed a cause."""
+
+    type: Literal["exploration"] = "exploration"
+    hypotheses: list[ExplorationHypothesis]
+
+
+class StoppedEvent(_Event):
+    """A limit or the loop breaker stopped the investigation after `node`."""
+
+    type: Literal["stopped"] = "stopped"
+    node: str
+    limit: str
+    message: str
+
+
+class ConclusionEvent(_Event):
+    """The conclusion as the state keeps it (agents/conclusion.py `result`)."""
+
+    type: Literal["conclusion"] = "conclusion"
+    resolved: bool
+    pipeline: int
+    root_causes: list[LeafJudgement]
+    follows: list[LeafJudgement]
+    also_found: list[LeafJudgement]
+    links: dict[str, str]
+    levels: dict[str, str]
+    claims: dict[str, float]
+    suspected: list[Suspected]
+    explanation: str
+    stopped: dict[str, str] | None = None
+    evidence_bundle: dict[str, Any] | None = None
+
+
+Event = Annotated[
+    SummaryEvent | InventoryEvent | PretriageEvent | HistoryEvent | HypothesisEvent | RankEvent | LoopEvent
+    | WidenEvent | ChecksEvent | ResultEvent | SkippedEvent | JudgementEvent | ExplorationEvent | StoppedEvent
+    | ConclusionEvent,
+    Field(discriminator="type"),
+]
+EVENT = TypeAdapter(Event)
+
+
+def wire(event: Event) -> dict[str, Any]:
+    """The event as JSON-able data (what the server stores and streams, and the page reads)."""
+    data = event.model_dump(mode="json")
+    if isinstance(event, ConclusionEvent):  # a conclusion names a stop or a bundle only when there is one
+        data = {k: v for k, v in data.items() if k not in ("stopped", "evidence_bundle") or v is not None}
+    return data
+
+
+def parse(data: dict[str, Any]) -> Event:
+    """An event back from its wire form (a stored run's events)."""
+    return EVENT.validate_python(data)
