@@ -98,18 +98,21 @@ LOGHUB ?= ../shared/fixtures/real/loghub
 bench-l4: install
 	$(BIN)/python -m eval.bench_l4 --loghub $(LOGHUB)
 
-# The fault lab (eval/lab/): real torchrun/gloo jobs on 2-8 "nodes" (own UTS namespace, hostname and 127.0.X.Y in one
-# network namespace per job), one real fault each, then L4 judged on them (eval/results/l4-lab.md). Root only (it
-# creates namespaces, mounts, cgroups, iptables rules); about 45 s a job on 2 cores. LAB_SEEDS x 12 jobs.
-LAB_SEEDS ?= 101 102 103 104 105 106 107 108 109 110
+# The fault lab (eval/lab/): real torchrun, Accelerate and DeepSpeed-launcher jobs (gloo, CPU) on 2-8 "nodes" (own UTS
+# namespace, hostname and 127.0.X.Y in one network namespace per job), one real fault each of 14 kinds, then L4
+# judged on them (eval/results/l4-lab.md). Root only (it creates namespaces, mounts, cgroups, iptables rules); about
+# 30 s a job on 2 busy cores, two at a time. LAB_SEEDS x 42 jobs (every fault under every launcher once a seed).
+LAB_SEEDS ?= 201 202 203
 LAB_OUT ?= ../lab-jobs
 iptables:
 	@command -v iptables >/dev/null || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends iptables >/dev/null; }
 
 lab: install iptables
-	for s in $(LAB_SEEDS); do timeout 2400 $(BIN)/python -m eval.lab.run --out $(LAB_OUT) --seed $$s --jobs 12 || exit 1; done
-	$(BIN)/python -m eval.l4.lab $(LAB_OUT) --out eval/results/l4-lab.md --title "Fault lab, seeds $(LAB_SEEDS)"
+	for s in $(LAB_SEEDS); do timeout 3600 $(BIN)/python -m eval.lab.run --out $(LAB_OUT) --seed $$s --jobs 42 \
+		--parallel 2 || exit 1; done
+	$(BIN)/python -m eval.l4.lab $(LAB_OUT) --seeds $(shell echo $(LAB_SEEDS) | tr ' ' ,) --out eval/results/l4-lab.md \
+		--title "Fault lab, seeds $(LAB_SEEDS)"
 
 # Reveal on the real Exathlon traces (clean false-positive rate, injected anomalies), collector overhead,
 # preflight on simulated hosts. Tables in eval/results/reveal.md.

@@ -1,5 +1,6 @@
-"""L4 on real fault-lab jobs (tests/fixtures/l4_lab: our own `make lab` output, torchrun + gloo on CPU, one real
-fault each), and the lab's job drawing. The lab itself (namespaces, torchrun) is not run here: it is `make lab`."""
+"""L4 on real fault-lab jobs (tests/fixtures/l4_lab: our own `make lab` output, gloo on CPU under torchrun,
+`accelerate launch` and the DeepSpeed launcher, one real fault each; v2-* are the three-launcher lab), and the lab's
+job drawing. The lab itself (namespaces, launchers) is not run here: it is `make lab`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from agent.l4.localize import localize
 from agent.l4.verdicts import timestamp
-from eval.lab.run import KINDS, draw, pasted_text
+from eval.lab.run import KINDS, LAUNCHERS, draw, launcher_of, pasted_text
 
 LAB = Path(__file__).parent / "fixtures" / "l4_lab"
 JOBS = sorted(p.name for p in LAB.iterdir() if (p / "truth.json").exists())
@@ -69,3 +70,32 @@ def test_lab_draws_are_reproducible_and_cover_every_kind() -> None:
 def test_pasted_text_holds_the_launcher_summary() -> None:
     text = pasted_text(LAB / "9-001")
     assert "ChildFailedError" in text and "Root Cause" in text
+
+
+def test_pasted_text_is_the_failing_ranks_own() -> None:
+    """A hang: the faulty node says nothing, so the paste is the first node that reports (not the hung one), with
+    DeepSpeed's return-code summary; a crash: the paste is the crashing node's own traceback."""
+    hang = _truth("v2-9-031")
+    text = pasted_text(LAB / "v2-9-031", faulty=hang["faulty_node"])
+    assert "exits with return code" in text and "Timed out waiting" in text
+    skew = _truth("v2-9-041")  # the node with the older model code: its own DDP shape error, not a peer's
+    text = pasted_text(LAB / "v2-9-041", faulty=skew["faulty_node"])
+    assert "with sizes [192, 32] appears not to match" in text
+    assert "exits with return code" in text
+
+
+def test_every_fault_under_every_launcher_each_seed() -> None:
+    combos = {(launcher_of(k, KINDS, LAUNCHERS), draw(7, k, KINDS, launcher_of(k, KINDS, LAUNCHERS))["fault"]["kind"])
+              for k in range(len(KINDS) * len(LAUNCHERS))}
+    assert combos == {(launcher, kind) for launcher in LAUNCHERS for kind in KINDS}
+
+
+@pytest.mark.parametrize(("job", "launcher"), [("v2-9-015", "accelerate"), ("v2-9-041", "deepspeed")])
+def test_first_to_fail_from_each_launchers_own_report(job: str, launcher: str) -> None:
+    """Accelerate runs torch's elastic agent with a static rendezvous (no rendezvous lines: its own frames in the
+    agent's traceback say the reports are there); the DeepSpeed launcher logs `exits with return code`."""
+    truth = _truth(job)
+    assert truth["launcher"] == launcher
+    top = localize(LAB / job / "logs", engine="local").nodes[0]
+    assert top.node == truth["faulty_node"]
+    assert top.events[0].startswith("first to fail")

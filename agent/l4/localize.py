@@ -213,7 +213,10 @@ def analyse(failed: list[FileScan], pool: list[list[FileScan]], library: Pattern
     result.iterations = [IterationOut(iteration=it, score=round(e["score"], 3), nodes=sorted(e["nodes"]),
                                       events=[texts[ids[j]] for j in sorted(e["events"])])
                          for it, e in sorted(flagged.items())]
-    result.stage = _stage(used, maps, failure, onsets)
+    # the launcher's first-to-fail verdict names where the job broke: that node's stage is the job's (the others
+    # failed later, in whatever stage the broken collective found them: training, for a node that failed saving)
+    first = next((n for n, why in verdict.items() if why.startswith("first to fail")), None)
+    result.stage = _stage(used, maps, failure, onsets, first)
     if library is not None and library.patterns:
         result.patterns = library.match({s for scan in used for s in scan.shapes})
     return result
@@ -277,9 +280,16 @@ def _events(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray, i
     return out
 
 
-def _stage(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray, onsets: list[int]) -> str:
+def _stage(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray, onsets: list[int],
+           first: str | None = None) -> str:
     """The stage each file was in when its errors began (its first failure-indicating line at or after its onset),
-    voted over the files (see stages.failed_stage); after a file's first progress line, at least training."""
+    voted over the files (see stages.failed_stage), or over the files of `first` (the node that failed first) when
+    they have a say; after a file's first progress line, at least training."""
+    if first is not None:
+        mine = [k for k, scan in enumerate(used) if scan.node == first]
+        stage = _stage([used[k] for k in mine], [maps[k] for k in mine], failure, [onsets[k] for k in mine])
+        if stage not in ("unknown", "init"):  # init: also the stage of a file without any marker, i.e. silence
+            return stage
     at = []
     for scan, tmap, onset in zip(used, maps, onsets, strict=True):
         first = np.array(scan.first)

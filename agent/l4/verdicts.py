@@ -24,7 +24,11 @@ from agent.l4.scan import FileScan
 
 # A launcher's report that one of its workers died (torchrun's elastic agent; the DeepSpeed launcher).
 REPORT = re.compile(r"failed \(exitcode: -?<\*>\)|failed \(exitcode: -?\d+\)|exits with return code", re.I)
-AGENT = re.compile(r"torch/distributed/elastic/rendezvous/")
+# The launcher's own lines, which say that its reports are in these logs: torchrun's rendezvous, Accelerate's
+# `accelerate launch` (it runs torch's elastic agent with a static rendezvous, which logs nothing at start: its
+# frames in the agent's traceback name it), the DeepSpeed launcher's start-up lines on every node.
+AGENT = re.compile(r"torch/distributed/elastic/rendezvous/|accelerate/commands/launch\.py|"
+                   r"\[launch\.py:[^\]]*:main\] (?:WORLD INFO DICT|nnodes=)")
 # A reaction to a peer that went away actively (its socket was closed when it died) ...
 PEER_GONE = re.compile(r"closed by (?:remote )?peer|reset by peer|broken pipe|connection (?:was likely )?closed|"
                        r"failed to recv|RendezvousConnectionError|connection to the c10d store", re.I)
@@ -59,7 +63,7 @@ class _Node:
     failing: bool = False  # any failure-indicating line
     peer_gone: bool = False
     timed_out: bool = False
-    agent: bool = False  # the launcher's agent logged here (torchrun's rendezvous lines)
+    agent: bool = False  # the launcher logged here (see AGENT)
 
 
 def verdicts(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray) -> list[Verdict]:
@@ -71,7 +75,7 @@ def verdicts(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray) 
         node.failing |= bool(failed.any())
         for k, shape in enumerate(scan.shapes):
             example = scan.examples[k]
-            node.agent |= AGENT.search(shape) is not None
+            node.agent |= AGENT.search(shape) is not None or AGENT.search(example) is not None  # paths: masked
             if REPORT.search(shape):
                 when = timestamp(example)
                 if when is not None and (node.report_time is None or when < node.report_time):

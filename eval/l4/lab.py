@@ -73,14 +73,15 @@ def main() -> int:
     rows, unfired = [], []
     for job in jobs_in(args.roots, parse_seeds(args.seeds)):
         truth = json.loads((job / "truth.json").read_text())
-        if not truth["fired"]:
-            unfired.append(f"{job.name} ({truth['fault']})")
+        failed = any(code != 0 for code in truth["exit"].values()) or truth["timed_out"]
+        if not truth["fired"] or not failed:  # the fault never struck, or struck and the job still succeeded
+            unfired.append(f"{job.name} ({truth['fault']}{'' if truth['fired'] else ', not fired'})")
             continue
         rows.extend(judge(job, view) for view in ("per-node", "combined"))
     lines = [f"### {args.title}", "", f"`{' '.join(['python -m eval.l4.lab', *sys.argv[1:]])}`", "",
              *table(rows, "launcher"), "", *table(rows, "fault"), ""]
     if unfired:
-        lines += [f"Not scored (the fault did not fire): {', '.join(unfired)}", ""]
+        lines += [f"Not scored (the fault did not fire, or the job did not fail): {', '.join(unfired)}", ""]
     misses = [r for r in rows if not (r["top1"] and r["stage_ok"])]
     if args.misses or args.out:
         lines += ["| job | view | fault | truth node / stage | L4 top-3 / stage |", "|---|---|---|---|---|"]

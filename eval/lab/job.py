@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 TRAIN = Path(__file__).resolve().parent / "train.py"
 RDZV_PORT = 29400
 STOP_GRACE_S = 5.0
+QUIET_S = 20.0  # a job that trained or lost a node and then logs nothing this long: the operator stops it as hung
 
 
 def _sh(*argv: str) -> None:
@@ -46,6 +47,7 @@ class Job:
         self.files = {n["host"]: open(out / "logs" / f"{n['host']}.log", "wb") for n in self.nodes}  # noqa: SIM115
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.steps_seen = 0
+        self.last_line = time.time()
         self.events: list[dict] = []
 
     def note(self, what: str, **extra: object) -> None:
@@ -57,6 +59,7 @@ class Job:
         for n in self.nodes:
             _sh("ip", "addr", "add", f"{n['addr']}/32", "dev", "lo")
             hosts.append(f"{n['addr']} {n['host']}")
+        (self.out / "hostfile").write_text("".join(f"{n['host']} slots={self.spec['nproc']}\n" for n in self.nodes))
         etc = self.out / "hosts"
         etc.write_text("\n".join(hosts) + "\n")
         _sh("mount", "--bind", str(etc), "/etc/hosts")
@@ -83,7 +86,7 @@ class Job:
                 self.note("64 KiB tmpfs on the checkpoint directory")
 
     def launch(self) -> None:
-        fault, nproc = self.spec["fault"], self.spec["nproc"]
+        fault = self.spec["fault"]
         head = self.nodes[0]["host"]
         if fault["kind"] == "port_taken":
             # another program already listens on the rendezvous port of the head node and never answers
@@ -96,7 +99,8 @@ class Job:
         for i, n in enumerate(self.nodes):
             env = {k: v for k, v in os.environ.items() if not k.startswith(("LAB_", "GLOO_", "MASTER_"))}
             env.update(LAB_CONFIG=json.dumps(self.spec["config"]), LAB_MARK=str(self.out / "marks.jsonl"),
-                       PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+                       PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
+                       LAB_LAUNCHER=self.spec["launcher"])
             if i == fault["node"] and fault["kind"] in TRAIN_FAULTS:
                 env["LAB_FAULT"] = json.dumps(fault)
                 if fault["kind"] == "oom_cgroup":
@@ -104,10 +108,7 @@ class Job:
             if i == fault["node"] and fault["kind"] == "ifname":
                 env["GLOO_SOCKET_IFNAME"] = fault["ifname"]
                 self.note("GLOO_SOCKET_IFNAME set", value=fault["ifname"])
-            argv = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={len(self.nodes)}",
-                    f"--nproc-per-node={nproc}", "--rdzv-backend=c10d", f"--rdzv-endpoint={head}:{RDZV_PORT}",
-                    f"--rdzv-id=job{self.spec['seed']}", "--max-restarts=0", *self.spec["launcher_args"],
-                    str(TRAIN)]
+            argv = self.command(i, head)
             script = f"hostname {n['host']} && exec \"$@\""
             proc = subprocess.Popen(["unshare", "--uts", "--", "sh", "-c", script, "node", *argv],
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
@@ -115,6 +116,27 @@ class Job:
             self.procs[n["host"]] = proc
             threading.Thread(target=self.pump, args=(n["host"], proc), daemon=True).start()
             time.sleep(self.spec.get("stagger", 0.0))
+
+    def command(self, i: int, head: str) -> list[str]:
+        """Node i's launcher command line, as a user starts it on each node (a shell on every host, or pdsh)."""
+        n_nodes, nproc, launcher = len(self.nodes), self.spec["nproc"], self.spec["launcher"]
+        extra = self.spec["launcher_args"]
+        if launcher == "accelerate":
+            # `accelerate launch` on every machine: its multi-GPU path runs torch.distributed.run in-process with a
+            # static rendezvous at the main process's address (gloo on CPU: Accelerate picks it without CUDA)
+            return [str(Path(sys.executable).parent / "accelerate"), "launch", "--multi_gpu",
+                    f"--num_machines={n_nodes}", f"--machine_rank={i}", f"--num_processes={n_nodes * nproc}",
+                    f"--main_process_ip={head}", f"--main_process_port={RDZV_PORT}", "--max_restarts=0",
+                    "--mixed_precision=no", "--dynamo_backend=no", *extra, str(TRAIN)]
+        if launcher == "deepspeed":
+            # DeepSpeed's runner with the user's hostfile, one launcher per node (--no_ssh: what the pdsh runner
+            # would start on each host over ssh); deepspeed.launcher.launch then spawns the node's ranks
+            return [str(Path(sys.executable).parent / "deepspeed"), f"--hostfile={self.out / 'hostfile'}",
+                    "--no_ssh", f"--node_rank={i}", f"--master_addr={head}", f"--master_port={RDZV_PORT}",
+                    f"--num_nodes={n_nodes}", f"--num_gpus={nproc}", *extra, str(TRAIN)]
+        return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={n_nodes}",
+                f"--nproc-per-node={nproc}", "--rdzv-backend=c10d", f"--rdzv-endpoint={head}:{RDZV_PORT}",
+                f"--rdzv-id=job{self.spec['seed']}", "--max-restarts=0", *extra, str(TRAIN)]
 
     def pump(self, host: str, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdout is not None
@@ -125,13 +147,14 @@ class Job:
                 self.files[host].flush()
                 self.combined.write(prefix + line)
                 self.combined.flush()
+                self.last_line = time.time()
                 if b"step " in line and b"| loss" in line:
                     self.steps_seen += 1
 
     def external_fault(self) -> None:
         """SIGKILL, partition or packet loss on the faulty node once the job has logged `after_steps` step lines."""
         fault = self.spec["fault"]
-        if fault["kind"] not in ("sigkill", "partition", "packet_loss"):
+        if fault["kind"] not in ("sigkill", "partition", "packet_loss", "straggler"):
             return
         while self.steps_seen < fault["after_steps"]:
             if all(p.poll() is not None for p in self.procs.values()):
@@ -145,6 +168,17 @@ class Job:
                 with contextlib.suppress(psutil.NoSuchProcess):
                     proc.kill()
             self.note("SIGKILL to the node's process group", host=node["host"])
+        elif fault["kind"] == "straggler":
+            # a CPU quota on the node's processes (as a co-tenant or a throttled container would leave it): its ranks
+            # crawl, and the peers wait on them in every all-reduce
+            group = Path(self.spec["cpucg"])
+            (group / "cpu.cfs_period_us").write_text("1000000")
+            (group / "cpu.cfs_quota_us").write_text(str(fault["quota_us"]))
+            top = psutil.Process(self.procs[node["host"]].pid)
+            for proc in [top, *top.children(recursive=True)]:
+                with contextlib.suppress(OSError):
+                    (group / "cgroup.procs").write_text(str(proc.pid))
+            self.note(f"CPU quota {fault['quota_us']} us per second", host=node["host"])
         else:
             extra = ["-m", "statistic", "--mode", "random", "--probability", str(fault.get("loss", 1.0))] \
                 if fault["kind"] == "packet_loss" else []
@@ -161,10 +195,17 @@ class Job:
         watcher.start()
         deadline = started + self.spec["deadline_s"]
         while time.time() < deadline and any(p.poll() is None for p in self.procs.values()):
+            ended = any(p.poll() is not None for p in self.procs.values())
+            if (ended or self.steps_seen) and time.time() - self.last_line > QUIET_S:
+                break
             time.sleep(0.2)
         timed_out = [h for h, p in self.procs.items() if p.poll() is None]
         if timed_out:
-            self.note("job deadline: the lab stops the nodes still running", hosts=timed_out)
+            self.note("job deadline or quiet after a node ended: the lab stops the nodes still running",
+                      hosts=timed_out)
+        if self.spec.get("cpucg"):  # a throttled process needs CPU time to exit at all
+            with contextlib.suppress(OSError):
+                (Path(self.spec["cpucg"]) / "cpu.cfs_quota_us").write_text("-1")
         for host in timed_out:  # as an operator ends a hung job: SIGTERM, then SIGKILL
             os.killpg(self.procs[host].pid, signal.SIGTERM)
         end = time.time() + STOP_GRACE_S
@@ -173,7 +214,8 @@ class Job:
         for p in self.procs.values():
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
-                p.wait(timeout=10)
+                with contextlib.suppress(subprocess.TimeoutExpired):  # PID 1's exit kills what is left
+                    p.wait(timeout=10)
         time.sleep(0.5)  # the pumps drain the pipes
         with self.lock:
             self.combined.close()
@@ -183,7 +225,8 @@ class Job:
                 "exit": {h: p.returncode for h, p in self.procs.items()}}
 
 
-TRAIN_FAULTS = ("exception", "exit", "hang", "nan", "oom_rlimit", "oom_cgroup", "missing_shard", "disk_full")
+TRAIN_FAULTS = ("exception", "exit", "hang", "nan", "oom_rlimit", "oom_cgroup", "missing_shard", "disk_full",
+                "code_skew")
 
 
 def main() -> int:

@@ -19,14 +19,17 @@ import shutil
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 KINDS = ("exception", "exit", "sigkill", "hang", "nan", "oom_rlimit", "oom_cgroup", "missing_shard", "disk_full",
-         "ifname", "port_taken", "partition")
-STAGE = {"ifname": "init", "port_taken": "init", "disk_full": "checkpointing"}  # the others: training
+         "ifname", "port_taken", "partition", "straggler", "code_skew")
+LAUNCHERS = ("torchrun", "accelerate", "deepspeed")
+STAGE = {"ifname": "init", "port_taken": "init", "code_skew": "init", "disk_full": "checkpointing"}  # else training
 HOST_STYLES = ("gpu-node-{:02d}", "worker{}", "dgx-a{:02d}", "trn{:03d}", "compute-{}")
 MEMCG = Path("/sys/fs/cgroup/memory")
+CPUCG = Path("/sys/fs/cgroup/cpu")
 HARD_MARGIN_S = 40
 
 
@@ -35,18 +38,18 @@ def draw(seed: int, k: int, kinds: tuple[str, ...], launcher: str) -> dict:
     rng = random.Random(seed * 100_003 + k)
     kind = kinds[k % len(kinds)] if len(kinds) > 1 else kinds[0]
     n_nodes = rng.choice((2, 2, 3, 3, 4, 4, 5, 6, 8))
-    nproc = 2 if n_nodes <= 4 else 1
+    nproc = 2 if n_nodes <= 3 else 1  # at most 8 ranks: every rank imports torch, and the machine has 2 cores
     style = rng.choice(HOST_STYLES)
     first = rng.randint(1, 20)
     net = rng.randint(1, 250)
     nodes = [{"host": style.format(first + i), "addr": f"127.0.{net}.{10 + i}"} for i in range(n_nodes)]
-    steps = rng.choice((40, 50, 60))
+    steps = rng.choice((24, 30, 36))  # short jobs: ~15 s each, so a run of 150 jobs fits an hour on 2 cores
     config = {"steps": steps, "every_rank": rng.random() < 0.4, "style": rng.choice(("print", "logging")),
-              "timeout": rng.choice((15, 20, 25)), "log_every": rng.choice((1, 1, 2)),
-              "ckpt_every": rng.choice((10, 15, 10**9)), "pause": rng.choice((0.2, 0.3, 0.4))}
+              "timeout": rng.choice((10, 12, 15)), "log_every": rng.choice((1, 1, 2)),
+              "ckpt_every": rng.choice((10, 15, 10**9)), "pause": rng.choice((0.05, 0.1, 0.15))}
     node = 0 if kind == "port_taken" else rng.randrange(n_nodes)
     fault: dict = {"kind": kind, "node": node, "rank": rng.randrange(nproc),
-                   "step": rng.randint(5, steps - 8), "after_steps": rng.randint(5, steps // 3)}
+                   "step": rng.randint(5, steps - 6), "after_steps": rng.randint(5, steps // 3)}
     if kind == "missing_shard":
         fault["step"] = rng.choice([s for s in (11, 21, 31) if s < steps])
     if kind == "disk_full":
@@ -55,11 +58,15 @@ def draw(seed: int, k: int, kinds: tuple[str, ...], launcher: str) -> dict:
         fault["step"] = config["ckpt_every"]
     if kind == "exit":
         fault["code"] = rng.choice((1, 3, 7))
+    if kind == "code_skew":
+        fault["rank"] = None  # every rank of the node runs the node's older checkout
+    if kind == "straggler":
+        fault["quota_us"] = rng.choice((1000, 2000))  # 0.1-0.2 % of a CPU: its steps outlast the gloo timeout
     if kind == "ifname":
         fault["ifname"] = rng.choice(("eth0", "ib0", "ens5f0"))
-    args = ["--tee=3"] if rng.random() < 0.5 else []
+    args = ["--tee=3"] if launcher == "torchrun" and rng.random() < 0.5 else []
     return {"seed": seed, "k": k, "launcher": launcher, "nodes": nodes, "nproc": nproc, "config": config,
-            "fault": fault, "launcher_args": args, "deadline_s": 60 + 6 * n_nodes, "stagger": rng.random() * 0.5}
+            "fault": fault, "launcher_args": args, "deadline_s": 100 + 5 * n_nodes, "stagger": rng.random() * 0.5}
 
 
 def run_job(spec: dict, out: Path) -> dict:
@@ -69,9 +76,13 @@ def run_job(spec: dict, out: Path) -> dict:
     spec["config"]["data"] = str(out / "data")
     spec["config"]["ckpt"] = str(out / "ckpt")
     memcg = MEMCG / f"aidai-lab-{spec['seed']}-{spec['k']}"
+    cpucg = CPUCG / memcg.name
     if spec["fault"]["kind"] == "oom_cgroup":
         memcg.mkdir(exist_ok=True)
         spec["memcg"] = str(memcg)
+    if spec["fault"]["kind"] == "straggler":
+        cpucg.mkdir(exist_ok=True)
+        spec["cpucg"] = str(cpucg)
     (out / "spec.json").write_text(json.dumps(spec, indent=1))
     argv = ["unshare", "--net", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
             sys.executable, "-m", "eval.lab.job", str(out / "spec.json")]
@@ -85,17 +96,18 @@ def run_job(spec: dict, out: Path) -> dict:
     finally:
         shutil.rmtree(out / "data", ignore_errors=True)
         shutil.rmtree(out / "ckpt", ignore_errors=True)
-        if memcg.exists():
+        for group in (memcg, cpucg):
             for _ in range(50):
-                try:
-                    memcg.rmdir()
+                if not group.exists():
                     break
+                try:
+                    group.rmdir()
                 except OSError:  # the killed processes leave the cgroup a moment later
                     time.sleep(0.2)
     outcome = json.loads((out / "outcome.json").read_text()) if (out / "outcome.json").exists() else {}
     truth = _truth(spec, out, outcome, began, harness)
     (out / "truth.json").write_text(json.dumps(truth, indent=1))
-    (out / "pasted.txt").write_text(pasted_text(out))
+    (out / "pasted.txt").write_text(pasted_text(out, faulty=truth["faulty_node"]))
     return truth
 
 
@@ -118,27 +130,48 @@ def _truth(spec: dict, out: Path, outcome: dict, began: float, harness: str) -> 
 
 
 _FAILURE = re.compile(r"Traceback|Error|error|failed|FAILED|Killed|Signal|exitcode", re.M)
-_SUMMARY = re.compile(r"^(?:\S+: )?(?:torch\.distributed\.elastic\.multiprocessing\.errors\.)?ChildFailedError",
-                      re.M)
+# the launcher's failure summary: torchrun's (and Accelerate's, which runs torchrun) ChildFailedError block, the
+# DeepSpeed launcher's `exits with return code` line
+_SUMMARY = re.compile(r"^(?:\S+: )?(?:torch\.distributed\.elastic\.multiprocessing\.errors\.)?ChildFailedError|"
+                      r"exits with return code", re.M)
 
 
-def pasted_text(out: Path, tail: int = 30) -> str:
-    """What a customer pastes: the last lines of the first node whose output shows a failure (in the order the lines
-    arrived) and the launcher's failure summary (the ChildFailedError block). Read from the logs, not the truth."""
+def pasted_text(out: Path, tail: int = 30, faulty: str | None = None) -> str:
+    """What a customer pastes: the last lines of the first failing rank's node and the launcher's failure summary
+    (the ChildFailedError block or DeepSpeed's return-code line). The first failing rank is the faulty node when its
+    own output shows an error (the traceback of the rank that raised); when it shows none (killed, hung, throttled)
+    the customer sees the first node whose output does, in the order the lines arrived."""
     combined = (out / "combined.out").read_text(errors="replace").splitlines() if (out / "combined.out").exists() \
         else []
-    first = next((ln.split(": ", 1)[0] for ln in combined if ": " in ln and _FAILURE.search(ln.split(": ", 1)[1])),
-                 None)
+    failing = [ln.split(": ", 1)[0] for ln in combined if ": " in ln and _FAILURE.search(ln.split(": ", 1)[1])]
+    first = faulty if faulty in failing else next(iter(failing), None)
     if first is None:
         return "\n".join(ln.split(": ", 1)[-1] for ln in combined[-tail:]) + "\n"
     mine = [ln.split(": ", 1)[1] for ln in combined if ln.startswith(first + ": ")]
     text = mine[-tail:]
     summary_at = next((i for i, ln in enumerate(combined) if _SUMMARY.search(ln)), None)
-    if summary_at is not None and not any("ChildFailedError" in ln for ln in text):
+    if summary_at is not None and not any(_SUMMARY.search(ln) for ln in text):
         host = combined[summary_at].split(": ", 1)[0]
         block = [ln.split(": ", 1)[1] for ln in combined[summary_at:] if ln.startswith(host + ": ")][:25]
         text += ["", *block]
     return "\n".join(text) + "\n"
+
+
+def launcher_of(k: int, kinds: tuple[str, ...], launchers: tuple[str, ...]) -> str:
+    """Job k's launcher: each block of len(kinds) jobs runs one launcher, so a seed's first len(kinds) x
+    len(launchers) jobs hold every fault under every launcher."""
+    return launchers[(k // len(kinds)) % len(launchers)]
+
+
+WARM = ("from deepspeed.accelerator import get_accelerator; "
+        "get_accelerator().create_op_builder('ShareMemCommBuilder').load()")
+
+
+def warm(launchers: tuple[str, ...]) -> None:
+    """DeepSpeed's CPU backend compiles its shared-memory op on first use (about 2 minutes, cached under
+    ~/.cache/torch_extensions): done once here, or every rank of the first job would wait on the compile."""
+    if "deepspeed" in launchers:
+        subprocess.run([sys.executable, "-c", WARM], check=True, timeout=900, capture_output=True)
 
 
 def main() -> int:
@@ -148,16 +181,25 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=len(KINDS))
     ap.add_argument("--first", type=int, default=0, help="first job index k")
     ap.add_argument("--kinds", default=",".join(KINDS))
-    ap.add_argument("--launcher", default="torchrun", choices=("torchrun",))
+    ap.add_argument("--launchers", default=",".join(LAUNCHERS), help="comma list (see launcher_of)")
+    ap.add_argument("--parallel", type=int, default=1, help="jobs at once (each in its own namespaces)")
     args = ap.parse_args()
-    kinds = tuple(args.kinds.split(","))
-    for k in range(args.first, args.first + args.jobs):
-        spec = draw(args.seed, k, kinds, args.launcher)
+    kinds, launchers = tuple(args.kinds.split(",")), tuple(args.launchers.split(","))
+    warm(launchers)
+    out = args.out.resolve()  # the nodes run in the job's directory: every path they get must be absolute
+    assert set(launchers) <= set(LAUNCHERS), launchers
+
+    def one(k: int) -> str:
+        spec = draw(args.seed, k, kinds, launcher_of(k, kinds, launchers))
         began = time.time()
-        truth = run_job(spec, args.out / f"{args.seed}-{k:03d}")
-        print(f"{args.seed}-{k:03d} {truth['fault']:<14} {len(spec['nodes'])}x{spec['nproc']} "
-              f"faulty {truth['faulty_node']:<14} fired {truth['fired']!s:<5} timed_out {len(truth['timed_out'])} "
-              f"{time.time() - began:.0f}s", flush=True)
+        truth = run_job(spec, out / f"{args.seed}-{k:03d}")
+        return (f"{args.seed}-{k:03d} {spec['launcher']:<10} {truth['fault']:<14} {len(spec['nodes'])}x{spec['nproc']} "
+                f"faulty {truth['faulty_node']:<14} fired {truth['fired']!s:<5} timed_out {len(truth['timed_out'])} "
+                f"{time.time() - began:.0f}s")
+
+    with ThreadPoolExecutor(max_workers=max(args.parallel, 1)) as pool:
+        for line in pool.map(one, range(args.first, args.first + args.jobs)):
+            print(line, flush=True)
     return 0
 
 

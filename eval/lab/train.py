@@ -51,6 +51,8 @@ def _memory_cgroup(limit_mb: int) -> None:
 def main() -> int:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ["LOCAL_RANK"])
+    # ranks per node: torchrun (and Accelerate) say LOCAL_WORLD_SIZE, the DeepSpeed launcher LOCAL_SIZE
+    local_world = max(int(os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("LOCAL_SIZE") or 1), 1)
     cfg = json.loads(os.environ.get("LAB_CONFIG", "{}"))
     fault = json.loads(os.environ.get("LAB_FAULT", "{}"))
     mine = fault.get("rank") in (None, local_rank) and bool(fault)
@@ -68,13 +70,36 @@ def main() -> int:
 
     torch.manual_seed(1234)
     say(f"initializing process group: world size {world}")
-    dist.init_process_group("gloo", timeout=timedelta(seconds=float(cfg.get("timeout", 20))))
-    say(f"process group ready on {os.uname().nodename}", everyone=True)
-    model = nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 1))
-    ddp = DistributedDataParallel(model)
-    opt = torch.optim.Adam(ddp.parameters(), lr=1e-3)
+    launcher, timeout = os.environ.get("LAB_LAUNCHER", "torchrun"), timedelta(seconds=float(cfg.get("timeout", 20)))
+    # a node that runs an older checkout of the model code (another hidden width): DDP's start-up check catches it
+    hidden = 192 if mine and fault["kind"] == "code_skew" else 256
+    if mine and fault["kind"] == "code_skew":
+        _mark("older model code")
+    model = nn.Sequential(nn.Linear(32, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+    opt: torch.optim.Optimizer
+    if launcher == "accelerate":
+        # what an Accelerate user writes: the Accelerator sets up the process group (gloo on CPU) and wraps the model
+        from accelerate import Accelerator
+        from accelerate.utils import InitProcessGroupKwargs
+        accelerator = Accelerator(cpu=True, kwargs_handlers=[InitProcessGroupKwargs(timeout=timeout)])
+        say(f"process group ready on {os.uname().nodename}", everyone=True)
+        ddp, opt = accelerator.prepare(model, torch.optim.Adam(model.parameters(), lr=1e-3))
+        backward = accelerator.backward
+    else:
+        if launcher == "deepspeed":
+            import deepspeed
+            deepspeed.init_distributed(dist_backend="gloo", timeout=timeout)
+        else:
+            dist.init_process_group("gloo", timeout=timeout)
+        say(f"process group ready on {os.uname().nodename}", everyone=True)
+        ddp = DistributedDataParallel(model)
+        opt = torch.optim.Adam(ddp.parameters(), lr=1e-3)
+
+        def backward(loss: torch.Tensor) -> None:
+            loss.backward()
     say(f"model built: {sum(p.numel() for p in model.parameters())} parameters")
-    data_dir, ckpt_dir = Path(cfg["data"]), Path(cfg["ckpt"])
+    # checkpoints go to the node's own disk (the lab gives each node a directory; a full one is a small tmpfs)
+    data_dir, ckpt_dir = Path(cfg["data"]), Path(cfg["ckpt"]) / os.uname().nodename
     if mine and fault["kind"] == "oom_rlimit":
         # an address-space limit as `ulimit -v` on the node sets it: a little above what the process maps now
         mapped = _status_kb("VmSize:")
@@ -114,7 +139,7 @@ def main() -> int:
         if not torch.isfinite(loss):
             raise FloatingPointError(f"loss is {loss.item()} at step {step}; stopping before the update")
         opt.zero_grad()
-        loss.backward()
+        backward(loss)
         opt.step()
         if step % int(cfg.get("log_every", 1)) == 0:
             say(f"step {step}/{steps} | loss {loss.item():.4f} | {(time.time() - began) / step:.3f} s/step",
@@ -125,7 +150,7 @@ def main() -> int:
                 _mark("checkpoint on a full disk")
             ckpt_dir.mkdir(parents=True, exist_ok=True)
             state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}
-            torch.save(state, ckpt_dir / f"step{step:05d}-node{rank // max(int(os.environ['LOCAL_WORLD_SIZE']), 1)}.pt")
+            torch.save(state, ckpt_dir / f"step{step:05d}-node{rank // local_world}.pt")
         time.sleep(float(cfg.get("pause", 0.1)))
     dist.barrier()
     say("training done")
