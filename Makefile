@@ -50,8 +50,10 @@ install: $(STAMP)
 # Real servers the tests start on loopback (Debian packages, installed when missing).
 test-services: sshd chromium postgres prometheus slurm
 
+# ruff on everything; mypy (settings in pyproject.toml's [tool.mypy]) type-checks agent/
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy agent
 
 test: install test-services lint docs
 	$(BIN)/python -m pytest -q -m "not llm_server"

@@ -35,7 +35,8 @@ import threading
 import time
 
 FORMAT = "aidai-host-bundle/1"
-PAYLOAD = {}  # {"scripts": base64 tar.gz, "checks": [{id, script, timeout_s}], "known_bad": {}, "secret_rules": []}
+# {"scripts": base64 tar.gz, "checks": [{id, script, timeout_s}], "known_bad": {}, "secret_rules": []}
+PAYLOAD = {}  # type: dict
 # the environment the checks read (NCCL/CUDA settings, library paths): recorded so a replay sees the same
 ENV_PREFIXES = ("NCCL_", "GLOO_", "UCX_", "CUDA_", "HPCX_", "NVIDIA_", "TORCH_", "OMPI_", "PMIX_", "LD_LIBRARY_PATH",
                 "HOSTNAME")

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agent.executors.base import Executor
 from agent.executors.local import LocalExecutor
 from agent.sim.scenario import HOST_FILE, load_scenario, sim_env
 from agent.sim.state import HostState
 
 
-def sim_executors(path: Path) -> list[LocalExecutor]:
+def sim_executors(path: Path) -> list[Executor]:
     """One executor per host of the scenario at `path` (or just the host directory given)."""
     _, dirs = load_scenario(path)
-    executors = []
+    executors: list[Executor] = []
     for name, host_dir in dirs.items():
         state = HostState.load(host_dir / HOST_FILE)
         # -S: scripts are stdlib-only, and skipping site makes each run ~100 ms cheaper

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import openai
+from openai.types.chat import ChatCompletionMessageParam, completion_create_params
 
 from agent.history import build as builder
 from agent.history.labeling import Labelled, first_sentence, humanize
@@ -46,15 +47,16 @@ class TaxonomyLLM:
     def ask(self, task: str, prompt: str, schema: dict[str, Any], max_tokens: int) -> Any | None:
         for attempt in range(2):
             self.usage.retries += attempt
-            fmt: dict[str, Any] = ({"type": "json_schema", "json_schema": {"name": task, "strict": True,
-                                                                           "schema": schema}}
-                                   if self.json_schema else {"type": "json_object"})
+            fmt: completion_create_params.ResponseFormat = (
+                {"type": "json_schema", "json_schema": {"name": task, "strict": True, "schema": schema}}
+                if self.json_schema else {"type": "json_object"})
             text = prompt if self.json_schema else f"{prompt}\n\nJSON Schema of the answer:\n{json.dumps(schema)}"
+            messages: list[ChatCompletionMessageParam] = [{"role": "system", "content": SYSTEM},
+                                                          {"role": "user", "content": text}]
             self.usage.calls += 1
             try:
                 response = self.client.chat.completions.create(
-                    model=self.model, response_format=fmt, max_tokens=max_tokens, temperature=0.0,  # type: ignore[arg-type]
-                    messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}])
+                    model=self.model, response_format=fmt, max_tokens=max_tokens, temperature=0.0, messages=messages)
             except openai.APIStatusError as exc:
                 self.usage.errors.append(f"{task}: HTTP {exc.status_code}: {str(exc.message)[:200]}")
                 if exc.status_code in (400, 422) and self.json_schema:

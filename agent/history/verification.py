@@ -115,7 +115,7 @@ def _script_words(manifest: Manifest) -> dict[str, tuple[set[str], str]]:
     if id(manifest) in _WORDS:
         return _WORDS[id(manifest)][1]
     out: dict[str, tuple[set[str], str]] = {}
-    helpers: dict[Path, dict[str, str]] = {}
+    helpers: dict[Path, dict[str, set[str]]] = {}
     for spec in manifest.checks:
         try:
             source = spec.script_path.read_text()

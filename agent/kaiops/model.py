@@ -109,6 +109,8 @@ class HybridTemporalAttention(nn.Module):
     """Additive attention over time plus a learned, non-negative bias growing with position (late minutes
     count more), and a sigmoid gate over features."""
 
+    position: torch.Tensor  # a buffer (register_buffer): nn.Module's __getattr__ would type it Tensor | Module
+
     def __init__(self, d: int):
         super().__init__()
         self.score = nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 1))

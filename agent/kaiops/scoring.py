@@ -21,7 +21,10 @@ def score(y_true: np.ndarray, y_pred: np.ndarray) -> dict:
         r = tp / (tp + fn) if tp + fn else 0.0
         f = 2 * p * r / (p + r) if p + r else 0.0
         per_class[name] = {"p": round(p, 4), "r": round(r, 4), "f1": round(f, 4), "support": tp + fn}
-        ps.append(p), rs.append(r), fs.append(f), fprs.append(fp / (fp + tn) if fp + tn else 0.0)
+        ps.append(p)
+        rs.append(r)
+        fs.append(f)
+        fprs.append(fp / (fp + tn) if fp + tn else 0.0)
     anomalies, normals = y_true != 0, y_true == 0
     return {"macro_p": round(float(np.mean(ps)), 4), "macro_r": round(float(np.mean(rs)), 4),
             "macro_f1": round(float(np.mean(fs)), 4), "fnr": round(1 - float(np.mean(rs)), 4),

@@ -272,7 +272,7 @@ def _events(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray, i
                 position[t] = rel
                 example[t] = scan.examples[k]
     out = []
-    for t in sorted(np.flatnonzero(failure), key=lambda t: (position[t], ids[t])):
+    for t in sorted(np.flatnonzero(failure).tolist(), key=lambda t: (position[t], ids[t])):
         per_node = node_counts[:, t]
         where = [nodes[i] for i in np.argsort(-per_node, kind="stable") if per_node[i] > 0][:MAX_EVENT_NODES]
         out.append(EventOut(id=ids[t], template=texts[ids[t]], count=int(per_node.sum()), nodes=where,

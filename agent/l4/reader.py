@@ -10,7 +10,7 @@ from __future__ import annotations
 import gzip
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,7 +65,7 @@ def discover(root: str | Path) -> list[LogFile]:
 CHUNK_BYTES = 8 * 2**20
 
 
-def read_chunks(path: str, size: int = CHUNK_BYTES) -> Iterator[bytes]:
+def read_chunks(path: str, size: int = CHUNK_BYTES) -> Generator[bytes, None, None]:
     """The file's bytes (gunzipped) in blocks of whole lines of about `size` bytes, streamed: the first 64 KiB are
     checked as read_bytes checks them; a gzip that breaks later raises LogError when the break is reached."""
     try:

@@ -29,7 +29,7 @@ def run(specs: list[str] | None = None, executors: list[Executor] | None = None,
         runner: CheckRunner | None = None) -> PreflightReport:
     began = time.perf_counter()
     if runner is not None:
-        executors = runner.executors
+        executors = list(runner.executors.values())
     owned = executors is None
     executors = executors if executors is not None else executors_for(specs or ["local"], ssh)
     try:

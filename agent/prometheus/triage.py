@@ -225,6 +225,7 @@ class Triage:
             self.result[host].series += 1
             reset = resets.get(key, (host, labels, 0.0))[2]
             earlier = before.get(key)
+            rise: float
             if earlier is not None and value < earlier[2] and not reset:
                 earlier = None  # reset between the last sample before the window and the first in it: undated
             if reset:

@@ -119,7 +119,7 @@ def run(source: Source, hosts: list[str] | None = None, window_s: float = 3.0, s
             base = detectors.fit(ref_table.values, ref_table.hosts, cross, groups)
             det = detectors.score(base, table.values, table.hosts, min_votes)
     windows = []
-    for row in np.flatnonzero(det.anomalous):
+    for row in np.flatnonzero(det.anomalous).tolist():
         signals = attribute.window_signals(det, row, table, subsystem)
         score = 0.5 * det.votes[row] / len(detectors.DETECTORS) + 0.5 * float(det.strength[row])
         # a window flagged for its neighbours (the scores are smoothed over time) may have no feature past

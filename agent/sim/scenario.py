@@ -285,11 +285,11 @@ def materialize_host(state: HostState, host_dir: Path) -> None:
             _write_shim(host_dir / "bin" / command, python, host_dir, module, command)
     os.symlink(python, host_dir / "bin" / "python3")
     hidden = set(CONTAINER_HIDDEN_FILES) if state.view == "container" else set()
-    for module in tools.modules():
-        for rel, text in (getattr(module, "files", lambda _h: {})(state)).items():
+    for tool in tools.modules():
+        for rel, text in (getattr(tool, "files", lambda _h: {})(state)).items():
             if rel not in hidden:
                 _write_file(host_dir / "root", rel, text)
-        for rel, text in (getattr(module, "pyfiles", lambda _h: {})(state)).items():
+        for rel, text in (getattr(tool, "pyfiles", lambda _h: {})(state)).items():
             _write_file(host_dir / "py", rel, text)
     for rel, text in state.files.items():
         if rel not in hidden:

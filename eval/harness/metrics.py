@@ -84,8 +84,8 @@ def level_metrics(gold: list[str], predicted: list[str | None]) -> dict[str, Any
 def per_category(rows: list[Row]) -> dict[str, dict[str, Any]]:
     """Per MAIN category: leaf-level P/R/F1 (right leaf) and MAIN-level P/R/F1 (right category) of the
     incidents whose gold or predicted label is in it."""
-    mains = sorted({at_level(r["label"], "main") for r in rows} | {at_level(r["predicted"], "main")
-                                                                    for r in rows if r.get("predicted")})
+    labels = [r["label"] for r in rows] + [r["predicted"] for r in rows if r.get("predicted")]
+    mains = sorted({main for label in labels if (main := at_level(label, "main")) is not None})
     out: dict[str, dict[str, Any]] = {}
     for main in mains:
         gold = [r for r in rows if at_level(r["label"], "main") == main]

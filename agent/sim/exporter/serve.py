@@ -36,6 +36,7 @@ class HostExporter:
     def address(self) -> str:
         assert self.server is not None
         host, port = self.server.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET server's: bytes only for a unix socket's path
         return f"{host}:{port}"
 
     @property

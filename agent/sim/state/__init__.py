@@ -102,7 +102,7 @@ class HostState:
         path.write_text(json.dumps(self.to_dict(), indent=1, sort_keys=True))
 
     @classmethod
-    def load(cls, path: Path) -> HostState:
+    def load(cls, path: str | Path) -> HostState:
         with open(path) as src:
             return cls.from_dict(json.loads(src.read()))
 
@@ -137,6 +137,6 @@ def _convert(hint: Any, value: Any) -> Any:
     if origin is dict:
         _, item = typing.get_args(hint)
         return {k: _convert(item, v) for k, v in value.items()}
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _build(hint, value)
     return value

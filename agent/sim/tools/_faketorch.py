@@ -10,12 +10,14 @@ bound, so a GEMM on a defective SM differs from the FP64 reference and timing fo
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import math
 import os
 import sys
 import types
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from agent.checks.versions import vkey
@@ -50,6 +52,9 @@ bfloat16, float16 = DType("bfloat16", 2, 2.0 ** -9), DType("float16", 2, 2.0 ** 
 
 
 class Device:
+    type: str
+    index: int | None  # set for every cuda device (the current one when none is named), None for the cpu
+
     def __init__(self, kind: Any, index: int | None = None):
         if isinstance(kind, Device):
             kind, index = kind.type, kind.index
@@ -150,7 +155,7 @@ class Runtime:
                                   "check the instructions at https://pytorch.org/get-started/locally/\n",
                                   UserWarning, stacklevel=3)
 
-    def context(self, index: int) -> Gpu:
+    def context(self, index: int | None) -> Gpu:
         """Open (or reuse) the CUDA context on a device: raises what the device's state makes CUDA raise."""
         self.lazy_init()
         gpu = self.gpu(index)
@@ -162,13 +167,13 @@ class Runtime:
             raise RuntimeError(text + CUDA_TAIL)
         return gpu
 
-    def kernel(self, index: int) -> Gpu:
+    def kernel(self, index: int | None) -> Gpu:
         gpu = self.context(index)
         if not supports(self.host.software.torch_arch_list, gpu.compute_capability):
             raise RuntimeError("CUDA error: no kernel image is available for execution on the device" + CUDA_TAIL)
         return gpu
 
-    def allocate(self, index: int, nbytes: int) -> None:
+    def allocate(self, index: int | None, nbytes: int) -> None:
         gpu = self.context(index)
         used = sum(p.used_mib for p in gpu.processes)
         free = gpu.memory_total_mib - used
@@ -177,7 +182,7 @@ class Runtime:
             raise RuntimeError(f"CUDA out of memory. Tried to allocate {nbytes / 2**20:.2f} MiB (GPU {index}; "
                                f"{total:.2f} GiB total capacity; {free / 1024:.2f} GiB free)")
 
-    def gemm_seconds(self, index: int, flops: float) -> float:
+    def gemm_seconds(self, index: int | None, flops: float) -> float:
         gpu = self.gpu(index)
         peak = part(gpu.pci_device_id).bf16_tflops
         jitter = 1.0 + (int(hashlib.sha256(gpu.uuid.encode()).hexdigest()[:4], 16) % 100 - 50) / 10000.0
@@ -198,7 +203,7 @@ def supports(arch_list: list[str], capability: str) -> bool:
     return False
 
 
-_RT: Runtime = None  # type: ignore[assignment]  # set by install()
+_RT: Runtime  # set by install()
 
 
 class Tensor:
@@ -220,8 +225,8 @@ class Tensor:
         return self.shape if dim is None else self.shape[dim]
 
     def _like(self, **changes: Any) -> Tensor:
-        fields = {"shape": self.shape, "key": self.key, "scale": self.scale, "err": self.err, "dtype_": self.dtype,
-                  "dev": self.device, "fill": self.fill}
+        fields: dict[str, Any] = {"shape": self.shape, "key": self.key, "scale": self.scale, "err": self.err,
+                                  "dtype_": self.dtype, "dev": self.device, "fill": self.fill}
         fields.update(changes)
         return Tensor(**fields)
 
@@ -272,7 +277,7 @@ class Tensor:
     def __matmul__(self, other: Tensor) -> Tensor:
         return matmul(self, other)
 
-    def __mul__(self, k: float) -> Tensor:
+    def __mul__(self, k: builtins.float) -> Tensor:
         self._launch()
         return self._like(key=("mul", self.key, k), scale=self.scale * abs(k), err=self.err * abs(k),
                           fill=None if self.fill is None else self.fill * k)
@@ -305,7 +310,7 @@ class Tensor:
             value = digest * self.scale / MAX_NORMAL * math.sqrt(n)
         return self._like(shape=(), key=("sum", self.key), fill=value)
 
-    def item(self) -> float:
+    def item(self) -> builtins.float:
         if self.numel() != 1 or self.fill is None:
             raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to Scalar")
         return self.fill
@@ -354,7 +359,7 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
     if a.is_cuda:
         gpu = _RT.context(a.device.index)
         _RT.allocate(a.device.index, a.shape[0] * b.shape[-1] * a.dtype.itemsize)
-        _RT.clock[a.device.index] += _RT.gemm_seconds(a.device.index, 2.0 * a.shape[0] * b.shape[-1] * k)
+        _RT.clock[_ordinal(a.device)] += _RT.gemm_seconds(a.device.index, 2.0 * a.shape[0] * b.shape[-1] * k)
         if gpu.sm_defect:
             key = ("corrupt", gpu.uuid, key)
     return Tensor((a.shape[0], b.shape[-1]), key, scale, scale * rel, a.dtype, a.device)
@@ -362,7 +367,9 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
 
 class Event:
     def __init__(self, enable_timing: bool = False, **_kw: Any):
-        self.enable_timing, self.at, self.index = enable_timing, None, None
+        self.enable_timing = enable_timing
+        self.at: float | None = None
+        self.index: int | None = None
 
     def record(self, stream: Any = None) -> None:
         self.index = _RT.current
@@ -378,8 +385,6 @@ class Event:
 
 
 def _cuda_module(host: HostState) -> types.ModuleType:
-    cuda = types.ModuleType("torch.cuda")
-
     def is_available() -> bool:
         if _RT.error:
             warnings.warn(f"CUDA initialization: {_RT.error} (Triggered internally at ../c10/cuda/CUDAFunctions.cpp:"
@@ -391,34 +396,44 @@ def _cuda_module(host: HostState) -> types.ModuleType:
         return 0 if _RT.error else len(_RT.gpus)
 
     def set_device(index: Any) -> None:
-        idx = Device(index).index if not isinstance(index, int) else index
+        idx = index if isinstance(index, int) else _ordinal(Device(index))
         _RT.context(idx)
         _RT.current = idx
 
-    def nccl_version() -> tuple[int, int, int]:
+    def nccl_version() -> tuple[int, ...]:
         sw = host.software
         loaded = sw.nccl
         if sw.system_nccl and sw.system_nccl_dir in os.environ.get("LD_LIBRARY_PATH", ""):
             loaded = sw.system_nccl
-        return tuple(vkey(loaded)[:3])  # type: ignore[return-value]
+        return tuple(vkey(loaded)[:3])
 
-    cuda.is_available, cuda.device_count, cuda.set_device = is_available, device_count, set_device
-    cuda.init = _RT.lazy_init
-    cuda.current_device = lambda: _RT.current
-    cuda.get_device_name = lambda i=None: _name(_RT.gpu(_index(i)))
-    cuda.get_device_capability = lambda i=None: tuple(int(x) for x in _RT.gpu(_index(i)).compute_capability.split("."))
-    cuda.get_arch_list = lambda: list(host.software.torch_arch_list) if is_available() else []
-    cuda.synchronize = lambda i=None: _RT.context(_index(i)) and None
-    cuda.Event = Event
-    cuda.nccl = types.ModuleType("torch.cuda.nccl")
-    cuda.nccl.version = nccl_version
-    return cuda
+    return _module(
+        "torch.cuda", is_available=is_available, device_count=device_count, set_device=set_device,
+        init=_RT.lazy_init, current_device=lambda: _RT.current,
+        get_device_name=lambda i=None: _name(_RT.gpu(_index(i))),
+        get_device_capability=lambda i=None: tuple(int(x) for x in _RT.gpu(_index(i)).compute_capability.split(".")),
+        get_arch_list=lambda: list(host.software.torch_arch_list) if is_available() else [],
+        synchronize=lambda i=None: _RT.context(_index(i)) and None,
+        Event=Event, nccl=_module("torch.cuda.nccl", version=nccl_version))
+
+
+def _module(name: str, **attrs: Callable[..., Any] | types.ModuleType | type | str) -> types.ModuleType:
+    """A module object holding `attrs`: what the probes read of one of torch's submodules."""
+    module = types.ModuleType(name)
+    vars(module).update(attrs)
+    return module
+
+
+def _ordinal(device: Device) -> int:
+    """A cuda device's index (always set: the current device when none was named); the current device for the cpu,
+    as CUDA calls given None take it."""
+    return _RT.current if device.index is None else device.index
 
 
 def _index(i: Any) -> int:
     if i is None:
         return _RT.current
-    return i if isinstance(i, int) else Device(i).index
+    return i if isinstance(i, int) else _ordinal(Device(i))
 
 
 def _name(gpu: Gpu) -> str:
@@ -440,13 +455,9 @@ def install(module: types.ModuleType, host_json: str) -> None:
         lib = os.path.join(os.path.dirname(module.__file__ or ""), "lib", "libtorch_cuda.so")
         raise ImportError(f"{lib}: undefined symbol: ncclCommSplit")
     _RT = Runtime(host)
-    version = types.ModuleType("torch.version")
-    version.__version__ = sw.torch
-    version.cuda = sw.torch_cuda
-    backends = types.ModuleType("torch.backends")
-    backends.cudnn = types.ModuleType("torch.backends.cudnn")
-    backends.cudnn.version = lambda: _cudnn_code(sw.cudnn)
-    backends.cudnn.is_available = lambda: True
+    version = _module("torch.version", __version__=sw.torch, cuda=sw.torch_cuda)
+    backends = _module("torch.backends", cudnn=_module("torch.backends.cudnn", version=lambda: _cudnn_code(sw.cudnn),
+                                                       is_available=lambda: True))
     cuda = _cuda_module(host)
     names = {"Tensor": Tensor, "Generator": Generator, "device": Device, "dtype": DType, "ones": ones,
              "randn": randn, "matmul": matmul, "float32": float32, "float64": float64, "bfloat16": bfloat16,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from typing import TypedDict
 
 from agent.sim.state import Gpu, HostState
 from agent.sim.tools import ToolOutput, dcgmi_diag, usage_error
@@ -75,6 +76,15 @@ def _diag(host: HostState, argv: list[str], rest: list[str], as_json: bool) -> T
     return ToolOutput(text, "", rc)
 
 
+class TreeNode(TypedDict, total=False):
+    """A node of DCGM's output tree (`dcgmi health -c`, `dcgmi nvlink -e`), as its JSON output nests them."""
+
+    value: str
+    overflow: list[str]  # continuation rows of a long value
+    messages: list[str]  # the health messages, before they are wrapped into `overflow`
+    children: dict[str, TreeNode]
+
+
 def incidents(host: HostState) -> list[tuple[int, str, str, str]]:
     """(gpu id, system, Warning|Failure, message) as DCGM's health watches record them."""
     found: list[tuple[int, str, str, str]] = []
@@ -128,19 +138,19 @@ def _health(host: HostState, argv: list[str], rest: list[str], as_json: bool) ->
         return usage_error("dcgmi", argv)
     found = incidents(host)
     overall = max((h for *_, h, _m in found), key=HEALTH_RANK.__getitem__, default="Healthy")
-    tree: dict[str, dict[str, object]] = {"Overall Health": {"value": overall}}
-    gpus: dict[str, dict[str, object]] = {}
+    tree: dict[str, TreeNode] = {"Overall Health": {"value": overall}}
+    gpus: dict[str, TreeNode] = {}
     for gpu_id, system, health, message in found:
         entity = gpus.setdefault(str(gpu_id), {"value": "Healthy", "children": {"Errors": {"children": {}}}})
         if HEALTH_RANK[health] > HEALTH_RANK[str(entity["value"])]:
             entity["value"] = health
-        systems = entity["children"]["Errors"]["children"]  # type: ignore[index]
+        systems = entity["children"]["Errors"]["children"]
         node = systems.setdefault(system, {"value": health, "overflow": []})
         if HEALTH_RANK[health] > HEALTH_RANK[node["value"]]:
             node["value"] = health
         node["messages"] = [*node.get("messages", []), message]
     for entity in gpus.values():
-        for node in entity["children"]["Errors"]["children"].values():  # type: ignore[index]
+        for node in entity["children"]["Errors"]["children"].values():
             node["overflow"] = textwrap.wrap(", ".join(node.pop("messages")), 54)
     if gpus:
         tree["GPU"] = {"children": gpus}
@@ -150,7 +160,7 @@ def _health(host: HostState, argv: list[str], rest: list[str], as_json: bool) ->
     return ToolOutput(_tree_text(tree, "Health Monitor Report", 28, 60))
 
 
-def _tree_text(tree: dict[str, dict[str, object]], header: str, left: int, right: int) -> str:
+def _tree_text(tree: dict[str, TreeNode], header: str, left: int, right: int) -> str:
     """DCGM's DcgmiOutputTree layout: `-> ` prefixed levels, overflow rows with an empty label."""
     hline = "+" + "-" * (left - 1) + "+" + "-" * (right - 2) + "+"
     out = [hline, "| " + header.ljust(left + right - 3) + "|", hline.replace("-", "=")]
@@ -159,11 +169,11 @@ def _tree_text(tree: dict[str, dict[str, object]], header: str, left: int, right
         text = (" " * (3 * level - 3) + prefix + label) if level else label
         out.append(f"| {text:<{left - 3}} | {value:<{right - 4}} |")
 
-    def walk(level: int, label: str, node: dict[str, object]) -> None:
+    def walk(level: int, label: str, node: TreeNode) -> None:
         row(level, label, str(node.get("value", "")))
-        for extra in node.get("overflow", []):  # type: ignore[union-attr]
+        for extra in node.get("overflow", []):
             out.append(f"| {'':<{left - 3}} | {extra:<{right - 4}} |")
-        for name, child in (node.get("children") or {}).items():  # type: ignore[union-attr]
+        for name, child in (node.get("children") or {}).items():
             walk(level + 1, name, child)
 
     for name, node in tree.items():
@@ -193,7 +203,7 @@ def _nvlink(host: HostState, argv: list[str], rest: list[str], as_json: bool) ->
         except (ValueError, IndexError):
             return ToolOutput("Error: Invalid GPU ID\n", "", 255)
         noisy = next((k for k, s in enumerate(gpu.nvlink) if not s), 0)
-        tree: dict[str, dict[str, object]] = {}
+        tree: dict[str, TreeNode] = {}
         for link in range(len(gpu.nvlink)):
             crc = gpu.nvlink_crc_errors if link == noisy else 0
             replay = gpu.nvlink_replay_errors if link == noisy else 0

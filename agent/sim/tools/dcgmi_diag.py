@@ -130,6 +130,7 @@ def _warn_json(outcome: Outcome) -> list[dict[str, object]]:
 def _json_legacy(tests, version: str) -> dict[str, object]:
     categories: dict[str, list[dict[str, object]]] = {}
     for name, _new, category, rows in tests:
+        entries: list[dict[str, object]]
         if category == "Deployment" and all(o.status == "Pass" for _, _, o in rows):
             entries = [{"gpu_ids": ",".join(str(i) for i, _, _ in rows), "status": "Pass"}]
         else:
@@ -185,7 +186,7 @@ def _text(tests, modern: bool, version: str, host: HostState) -> str:
         lines += [f"|{'-----  Metadata  ':-<27}+{'-' * 48}|", _row("DCGM Version", version),
                   _row("Driver Version Detected", host.driver.kernel_module_version)]
     warnings: list[str] = []
-    seen = []
+    seen: list[str] = []
     for name, new, category, rows in tests:
         if category not in seen:
             edge = "|" if not seen and not modern else "+"

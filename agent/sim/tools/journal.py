@@ -145,11 +145,11 @@ def _journalctl(host: HostState, argv: list[str]) -> ToolOutput:
         if output == "cat":
             out.append(line.text)
         elif output == "short-iso":
-            stamp = datetime.fromtimestamp(epoch).astimezone().strftime("%Y-%m-%dT%H:%M:%S%z")
-            out.append(f"{stamp} {host.hostname} {ident}: {line.text}")
+            when = datetime.fromtimestamp(epoch).astimezone().strftime("%Y-%m-%dT%H:%M:%S%z")
+            out.append(f"{when} {host.hostname} {ident}: {line.text}")
         else:
-            stamp = datetime.fromtimestamp(epoch).strftime("%b %d %H:%M:%S")
-            out.append(f"{stamp} {host.hostname} {ident}: {line.text}")
+            when = datetime.fromtimestamp(epoch).strftime("%b %d %H:%M:%S")
+            out.append(f"{when} {host.hostname} {ident}: {line.text}")
     return ToolOutput("\n".join(out) + "\n")
 
 

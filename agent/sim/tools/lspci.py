@@ -147,10 +147,11 @@ def _devices(host: HostState) -> list[PciDev]:
                            "NVIDIA Corporation", "10de", _gpu_name(device_id), device_id, "a1",
                            host.numa_nodes - 1, None, "nvidiafb, nouveau, nvidia_drm, nvidia"))
     switch_id = info.nvswitch_id
-    for bus in NVSWITCH_BUS_IDS[:host.nvswitch_count] if switch_id else []:
-        devs.append(PciDev(f"0000:{bus}:00.0", "Bridge", "0680", "NVIDIA Corporation", "10de",
-                           NVSWITCH_NAMES.get(switch_id, f"Device {switch_id}"), switch_id, "a1", 0, "nvidia",
-                           "nvidiafb, nouveau, nvidia_drm, nvidia"))
+    if switch_id:
+        for bus in NVSWITCH_BUS_IDS[:host.nvswitch_count]:
+            devs.append(PciDev(f"0000:{bus}:00.0", "Bridge", "0680", "NVIDIA Corporation", "10de",
+                               NVSWITCH_NAMES.get(switch_id, f"Device {switch_id}"), switch_id, "a1", 0, "nvidia",
+                               "nvidiafb, nouveau, nvidia_drm, nvidia"))
     for sw in host.pcie_switches:
         below = next((g for g in host.gpus if g.pcie_switch == sw.bus_id and g.on_bus), None)
         gen_max, width_max = (below.pcie_gen_max, below.pcie_width_max) if below else (5, 16)

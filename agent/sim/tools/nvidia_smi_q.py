@@ -7,6 +7,7 @@ the sections that display type selects, as the real tool does.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from agent.sim.state import Gpu, HostState
 from agent.sim.state.hardware import part
@@ -76,7 +77,7 @@ def _single(depth_key: str, value: object) -> Section:
     return depth_key, [kv(1, depth_key, value)]
 
 
-def _block(title: str, rows: list[tuple[int, str, object]]) -> Section:
+def _block(title: str, rows: Sequence[tuple[int, str, object]]) -> Section:
     return title, [kv(1, title)] + [kv(depth, key, value) for depth, key, value in rows]
 
 
