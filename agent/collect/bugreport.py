@@ -24,7 +24,8 @@ UNAME_RE = re.compile(r"^uname: \S+ (\S+)", re.M)
 FILE_RE = re.compile(r"^\*\*\* (/\S+)$")
 MISSING_FILE_RE = re.compile(r"^\*\*\* (/\S+) (?:does not exist|is not readable)$")
 # the tools whose sections the checks can use, and the command line a check runs for them
-ALIASES = {("nvidia-smi", "--query"): ["nvidia-smi", "-q"], ("nvidia-smi", "-q"): ["nvidia-smi", "-q"]}
+ALIASES: dict[tuple[str, ...], list[str]] = {("nvidia-smi", "--query"): ["nvidia-smi", "-q"],
+                                              ("nvidia-smi", "-q"): ["nvidia-smi", "-q"]}
 KNOWN_TOOLS = ("nvidia-smi", "lspci", "journalctl", "dmidecode", "numactl", "lsusb", "modinfo", "ibstat",
                "ibv_devinfo", "nv-fabricmanager", "dcgmi", "lsmod", "uname", "nvidia-settings")
 DMESG_ARGV = ["dmesg", "--time-format", "iso"]
@@ -105,7 +106,7 @@ def _command(line: str) -> list[str] | None:
     if tool not in KNOWN_TOOLS:
         return None
     argv = [tool, *words[1:]]
-    return ALIASES.get(tuple(argv), argv)  # type: ignore[arg-type]
+    return ALIASES.get(tuple(argv), argv)
 
 
 def _add_run(recording: HostRecording, argv: list[str], output: str, note: str = "") -> None:

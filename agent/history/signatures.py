@@ -4,6 +4,7 @@ incidents, with the parts that vary between machines (numbers, hex addresses, PC
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from agent.history.verification import TOOLS
 
@@ -53,8 +54,8 @@ def candidates(text: str) -> list[str]:
     return [c for c in found if len(c.strip()) >= MIN_CHARS]
 
 
-def mine_signatures(texts: list[str], existing: list[str] = (), limit: int = 4,  # type: ignore[assignment]
-                    others: list[str] = ()) -> list[str]:  # type: ignore[assignment]
+def mine_signatures(texts: list[str], existing: Sequence[str] = (), limit: int = 4,
+                    others: Sequence[str] = ()) -> list[str]:
     """Up to `limit` regexes, most widely shared across `texts` first, none already matched by `existing` and
     none that matches as many of `others` (other labels' incidents) as of `texts`: a signature must point here."""
     compiled = [re.compile(s, re.IGNORECASE) for s in existing]
