@@ -281,12 +281,12 @@ def _events(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray, i
 
 
 def _stage(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray, onsets: list[int],
-           first: str | None = None) -> str:
+           first_node: str | None = None) -> str:
     """The stage each file was in when its errors began (its first failure-indicating line at or after its onset),
-    voted over the files (see stages.failed_stage), or over the files of `first` (the node that failed first) when
+    voted over the files (see stages.failed_stage), or over the files of `first_node` (the node that failed first) when
     they have a say; after a file's first progress line, at least training."""
-    if first is not None:
-        mine = [k for k, scan in enumerate(used) if scan.node == first]
+    if first_node is not None:
+        mine = [k for k, scan in enumerate(used) if scan.node == first_node]
         stage = _stage([used[k] for k in mine], [maps[k] for k in mine], failure, [onsets[k] for k in mine])
         if stage not in ("unknown", "init"):  # init: also the stage of a file without any marker, i.e. silence
             return stage
