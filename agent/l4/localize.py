@@ -288,7 +288,9 @@ def _stage(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray, on
     if first_node is not None:
         mine = [k for k, scan in enumerate(used) if scan.node == first_node]
         stage = _stage([used[k] for k in mine], [maps[k] for k in mine], failure, [onsets[k] for k in mine])
-        if stage not in ("unknown", "init"):  # init: also the stage of a file without any marker, i.e. silence
+        # init: also the stage of a file without any marker, i.e. silence; teardown: the launcher killing the node's
+        # workers after one died without a word, a reaction (the vote over every file says where the job was)
+        if stage not in ("unknown", "init", "teardown"):
             return stage
     at = []
     for scan, tmap, onset in zip(used, maps, onsets, strict=True):
@@ -303,6 +305,14 @@ def _stage(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray, on
         else:
             continue
         stage = stages.stage_at(scan.transitions, line)
+        began = max((pos for pos, _ in scan.transitions if pos <= line), default=-1)
+        if stage == "teardown" and began >= line - ONSET_LOOKBACK:
+            # its trouble begins with its launcher killing the workers (one died without a word): a reaction, the
+            # node was in the stage before it
+            stage = stages.stage_at(scan.transitions, began - 1)
+        if len(hits) and any(line < first[k] <= line + stages.TRACEBACK_SPAN and stages.is_checkpoint_write(shape)
+                             for k, shape in enumerate(scan.shapes)):
+            stage = "checkpointing"
         # a file that logged training steps before its trouble was training, even when the framework has no
         # stage marker L4 knows (a user's `step N/M | loss X` print, a progress bar)
         if stage in ("init", "loading") and 0 <= scan.progress_start <= line:

@@ -44,6 +44,13 @@ _RULES: list[tuple[str, re.Pattern[str]]] = [
 
 COMMUNICATOR_INIT = re.compile(_COMMUNICATOR, re.I)
 
+# A traceback through the checkpoint writer (torch.save and its zip writer, DeepSpeed's and the HF Trainer's save
+# functions, a full disk): the error it ends in was raised while saving, whatever stage marker preceded it (a user
+# script prints no "checkpoint saved" line to return to training by).
+CHECKPOINT_WRITE = re.compile(r"\btorch\.save\(|, in _?save(?:_checkpoint)?$|write_record\(|"
+                              r"PytorchStreamWriter failed|No space left on device|Disk quota exceeded")
+TRACEBACK_SPAN = 40  # lines of a failure block read for a checkpoint write
+
 # The per-iteration line of each framework; the raw line gives the iteration number.
 ITERATION_SHAPE = re.compile(r"\biteration <\*>/ ?<\*> \||\bstep=<\*>, skipped=|global_step=<\*>|"
                              r"\bstep <\*>(?:/ ?<\*>)? \| loss", re.I)  # a user script's `step 12/40 | loss 0.69`
@@ -98,6 +105,11 @@ def stage_of(shape: str) -> int:
         if pattern.search(shape):
             return STAGES.index(name) + 1
     return NONE
+
+
+@lru_cache(maxsize=1 << 16)
+def is_checkpoint_write(shape: str) -> bool:
+    return CHECKPOINT_WRITE.search(shape) is not None
 
 
 @lru_cache(maxsize=1 << 16)

@@ -8,8 +8,9 @@ so the taxonomy search and its checks run and every check passes: what is confir
 the pasted text and the logs alone. The truth file is read only to score the answer.
 
 Scored per job: the MAIN category (the first part of the label) of the answer, which is the first confirmed root
-cause, else the first suspected label, else the first category the search entered; the leaf, where the taxonomy
-has one for the lab's fault; and whether any confirmed or suspected label blames hardware.
+cause, else the first suspected label, else the first category the search entered; the MAIN category the search
+entered first (the text's ranking before any check); the leaf, where the taxonomy has one for the lab's fault; and
+whether any confirmed or suspected label blames hardware.
 """
 
 from __future__ import annotations
@@ -82,8 +83,11 @@ def diagnose(job: Path, host: str, work: Path) -> dict:
         report = {}
     label, confirmed, suspected = answer(report)
     main, leaves = EXPECTED[truth["fault"]]
+    # the search's first category: where the incident's text (and L4) ranked the taxonomy before any check ran
+    first = next((step.split(":")[0] for step in report.get("path", []) if step.endswith(":enter")), "")
     return {"job": job.name, "fault": truth["fault"], "launcher": truth["launcher"], "label": label,
             "main_ok": label.split(".")[0] == main, "leaf_ok": None if leaves is None else label in leaves,
+            "first_main": first, "first_ok": first == main, "pipeline": report.get("pipeline"),
             "hardware": any(lab.startswith(HARDWARE) for lab in confirmed + suspected),
             "user": truth["fault"] in USER_FAULTS, "seconds": round(time.time() - began, 1),
             "confirmed": confirmed, "suspected": suspected, "exit": proc.returncode}
@@ -94,8 +98,8 @@ def _rate(values: list[bool]) -> str:
 
 
 def table(rows: list[dict], by: str) -> list[str]:
-    out = [f"| {by} | jobs | MAIN | leaf (where the taxonomy has one) | hardware blamed | answers |",
-           "|---|---|---|---|---|---|"]
+    out = [f"| {by} | jobs | MAIN of the answer | MAIN ranked first | leaf (where the taxonomy has one) | "
+           "hardware blamed | answers |", "|---|---|---|---|---|---|---|"]
     groups: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
         groups[r[by]].append(r)
@@ -106,7 +110,8 @@ def table(rows: list[dict], by: str) -> list[str]:
             labels[r["label"] or "(none)"] += 1
         common = ", ".join(f"{lab} {n}" for lab, n in sorted(labels.items(), key=lambda kv: -kv[1])[:3])
         leaf = [r["leaf_ok"] for r in grp if r["leaf_ok"] is not None]
-        out.append(f"| {name} | {len(grp)} | {_rate([r['main_ok'] for r in grp])} | {_rate(leaf)} | "
+        out.append(f"| {name} | {len(grp)} | {_rate([r['main_ok'] for r in grp])} | "
+                   f"{_rate([r.get('first_ok', False) for r in grp])} | {_rate(leaf)} | "
                    f"{_rate([r['hardware'] for r in grp])} | {common if by == 'fault' else ''} |")
     return out
 
