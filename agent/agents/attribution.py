@@ -137,8 +137,9 @@ def attribute(taxonomy: Taxonomy, summary: IncidentSummary, confirmed: list[Leaf
     ranks = reading or {}
     ordered = sorted(unique, key=lambda j: (-scores[j.label], ranks.get(j.label, len(ranks) + 1)))
     tied = [j for j in ordered if found[j.label][0].tied]
+    level: Level = "confirmed"
     if tied:
-        primary, level = tied, "confirmed"
+        primary = tied
     else:
         primary = [j for j in ordered if scores[j.label] >= PROBABLE]
         level = "probable"
@@ -152,7 +153,7 @@ def attribute(taxonomy: Taxonomy, summary: IncidentSummary, confirmed: list[Leaf
         links[j.label] += "; " + (f"{primary[0].label} explains the incident better" if primary else
                                   f"too weak a claim to name it ({scores[j.label]:.2f})")
     return Attribution(primary=primary, follows=follows, also_found=rest, links=links,
-                       levels={j.label: level for j in primary},  # type: ignore[misc]
+                       levels={j.label: level for j in primary},
                        claims={label: round(p, 3) for label, p in scores.items()})
 
 

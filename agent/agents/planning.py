@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.agents.conclusion import ConclusionAgent
-from agent.agents.context import AgentTools
+from agent.agents.context import AgentTools, Retrieve
 from agent.agents.execution import ExecutionAgent
 from agent.agents.reading import IncidentReading, node_info, priors
 from agent.agents.reflection import ReflectionAgent
@@ -179,7 +179,7 @@ def observations(label: str, results: list[CheckResult]) -> list[dict[str, Any]]
     return [Observation(node=label, result=r).model_dump(mode="json") for r in results]
 
 
-def similar_incidents(reasoner: Reasoner, summary: IncidentSummary, retrieve: Any,
+def similar_incidents(reasoner: Reasoner, summary: IncidentSummary, retrieve: Retrieve,
                       taxonomy: Taxonomy) -> list[PastIncident]:
     known = set(taxonomy.labels(leaves_only=True))
     found = [p for p in retrieve(summary.query, HISTORY_K) if p.label in known]
