@@ -82,17 +82,11 @@ def save_run(options: DiagnoseOptions, run_id: str, incident: Incident) -> Path:
 
 def saved_state(options: DiagnoseOptions, run_id: str) -> dict[str, Any]:
     """A run's last checkpointed state, read without its hosts, reasoner or knowledge stores ({} when none)."""
-    from agent.agents.context import AgentTools
-    from agent.checks.runner import CheckRunner
     from agent.graph.build import DiagnosisGraph
-    from agent.reasoning.offline import OfflineReasoner
-    from agent.taxonomy import load_taxonomy
 
-    taxonomy = load_taxonomy()
     saver, close = open_store(options.checkpoint_url, runs_dir(options) / "checkpoints.sqlite")
     try:
-        tools = AgentTools(taxonomy=taxonomy, reasoner=OfflineReasoner(taxonomy), runner=CheckRunner([]))
-        graph = DiagnosisGraph(tools).build(saver)
+        graph = DiagnosisGraph.without_hosts().build(saver)
         state = graph.get_state({"configurable": {"thread_id": run_id}})
         return dict(state.values or {})
     finally:

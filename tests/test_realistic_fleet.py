@@ -13,14 +13,12 @@ import pytest
 
 from agent.agents import attribution
 from agent.agents.attribution import PROBABLE, attribute
-from agent.agents.context import AgentTools
 from agent.checks.runner import CheckRunner
 from agent.executors.hosts import executors_for
 from agent.graph.build import DiagnosisGraph
 from agent.incident import Incident, IncidentSummary
 from agent.models import Verdict
 from agent.reasoning.base import Evidence, LeafJudgement
-from agent.reasoning.offline import OfflineReasoner
 from agent.reasoning.text_signals import entities
 from agent.sim.faults import FaultError
 from agent.sim.scenario import create_scenario
@@ -284,7 +282,7 @@ def test_a_host_ties_a_cause_only_on_a_job_of_several_hosts() -> None:
 
 
 def test_when_nothing_confirmed_ties_to_the_incident_its_likeliest_untested_causes_are_tested() -> None:
-    graph = DiagnosisGraph(AgentTools(taxonomy=TAXONOMY, reasoner=OfflineReasoner(TAXONOMY), runner=CheckRunner([])))
+    graph = DiagnosisGraph.without_hosts(TAXONOMY)
     text = "RuntimeError: CUDA error: uncorrectable ECC error encountered; Xid 48"
     port = judgement(PORT_DOWN, ["nic_config:port_down@mlx5_7 (FAIL)"])
     state: Any = {"stack": [], "judgements": [port.model_dump(mode="json")], "similar": [], "path": [],
@@ -298,7 +296,7 @@ def test_when_nothing_confirmed_ties_to_the_incident_its_likeliest_untested_caus
 
 
 def test_only_confirmed_causes_tied_to_the_incident_are_corroborated(monkeypatch: pytest.MonkeyPatch) -> None:
-    graph = DiagnosisGraph(AgentTools(taxonomy=TAXONOMY, reasoner=OfflineReasoner(TAXONOMY), runner=CheckRunner([])))
+    graph = DiagnosisGraph.without_hosts(TAXONOMY)
     text = "RuntimeError: CUDA error: uncorrectable ECC error encountered on GPU 1; Xid 48"
     ecc = judgement(ECC, ["gpu_memory_errors:ecc_uncorrectable@GPU1 (FAIL)"])
     port = judgement(PORT_DOWN, ["nic_config:port_down@mlx5_7 (FAIL)"])

@@ -8,11 +8,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from agent.agents.context import AgentTools
-from agent.checks.runner import CheckRunner
 from agent.graph.build import DiagnosisGraph
-from agent.reasoning.offline import OfflineReasoner
-from agent.taxonomy import load_taxonomy
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENTS = ("summarization", "planning", "execution", "reflection", "conclusion")
@@ -82,8 +78,7 @@ def logic_lines(path: Path) -> int:
 
 def test_the_graph_only_wires_and_each_agent_owns_its_step() -> None:
     assert len((ROOT / "agent/graph/build.py").read_text().splitlines()) <= 200
-    taxonomy = load_taxonomy()
-    graph = DiagnosisGraph(AgentTools(taxonomy=taxonomy, reasoner=OfflineReasoner(taxonomy), runner=CheckRunner([])))
+    graph = DiagnosisGraph.without_hosts()
     owners = {name: type(step.__self__).__module__ for name, step in graph.nodes().items()}
     assert set(owners.values()) == {f"agent.agents.{agent}" for agent in AGENTS}
     assert owners["dfs"] == "agent.agents.planning" and owners["conclude"] == "agent.agents.conclusion"
@@ -92,8 +87,7 @@ def test_the_graph_only_wires_and_each_agent_owns_its_step() -> None:
 
 
 def test_the_docs_draw_the_graph_langgraph_builds() -> None:
-    taxonomy = load_taxonomy()
-    graph = DiagnosisGraph(AgentTools(taxonomy=taxonomy, reasoner=OfflineReasoner(taxonomy), runner=CheckRunner([])))
+    graph = DiagnosisGraph.without_hosts()
     drawn = graph.build().get_graph().draw_mermaid()
     page = (ROOT / "docs" / "agents.md").read_text()
     assert f"```mermaid\n{drawn}```" in page

@@ -16,14 +16,9 @@ def graph(
                                                             "LangGraph from the compiled graph).")] = False,
 ) -> None:
     """The diagnosis graph: each node, the agent that owns it and the step it runs; --mermaid draws it."""
-    from agent.agents.context import AgentTools
-    from agent.checks.runner import CheckRunner
     from agent.graph.build import DiagnosisGraph
-    from agent.reasoning.offline import OfflineReasoner
-    from agent.taxonomy import load_taxonomy
 
-    taxonomy = load_taxonomy()
-    built = DiagnosisGraph(AgentTools(taxonomy=taxonomy, reasoner=OfflineReasoner(taxonomy), runner=CheckRunner([])))
+    built = DiagnosisGraph.without_hosts()
     if mermaid:
         print(built.build().get_graph().draw_mermaid(), end="")
         return

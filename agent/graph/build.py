@@ -36,6 +36,7 @@ from agent.agents.reflection import ReflectionAgent
 from agent.agents.summarization import SummarizationAgent
 from agent.graph.guard import Guard, Node
 from agent.graph.state import DiagnosisState
+from agent.taxonomy import Taxonomy
 
 
 class DiagnosisGraph:
@@ -51,6 +52,16 @@ class DiagnosisGraph:
         self.conclusion = ConclusionAgent(tools, self.reading)
         self.reflection = ReflectionAgent(tools, self.guard, self.execution, self.reading, self.conclusion)
         self.planning = planning(tools, self.guard, self.execution, self.reflection, self.conclusion, self.reading)
+
+    @classmethod
+    def without_hosts(cls, taxonomy: Taxonomy | None = None) -> DiagnosisGraph:
+        """The graph with no host, retrieval or model behind it: to draw it, or to read a saved run's state."""
+        from agent.checks.runner import CheckRunner
+        from agent.reasoning.offline import OfflineReasoner
+        from agent.taxonomy import load_taxonomy
+
+        taxonomy = taxonomy or load_taxonomy()
+        return cls(AgentTools(taxonomy=taxonomy, reasoner=OfflineReasoner(taxonomy), runner=CheckRunner([])))
 
     def nodes(self) -> dict[str, Node]:
         """Each node of the graph and the agent's step it runs."""

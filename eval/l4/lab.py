@@ -52,6 +52,15 @@ def table(rows: list[dict], by: str) -> list[str]:
     return out
 
 
+def publish(lines: list[str], out: Path | None) -> None:
+    """A section of a results table: printed, and appended to OUT when given (a file collects several runs)."""
+    text = "\n".join(lines)
+    print(text)
+    if out:
+        with open(out, "a", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+
+
 def parse_seeds(text: str | None) -> set[int] | None:
     if not text:
         return None
@@ -88,11 +97,7 @@ def main() -> int:
         lines += [f"| {r['job']} | {r['view']} | {r['fault']} | {r['truth_node']} / {r['truth_stage']} | "
                   f"{', '.join(r['top'])} / {r['stage']} |" for r in misses]
         lines.append("")
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        with open(args.out, "a", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+    publish(lines, args.out)
     return 0
 
 

@@ -24,7 +24,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from eval.l4.lab import jobs_in, parse_seeds
+from eval.l4.lab import jobs_in, parse_seeds, publish
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 AIDAI = Path(sys.executable).parent / "aidai"
@@ -144,11 +144,7 @@ def main() -> int:
     lines = [f"### {args.title}", "", f"`{' '.join(['python -m eval.lab.diagnose', *sys.argv[1:]])}`", "",
              *table(rows, "fault"), "", *table(rows, "launcher"), "",
              f"User-code faults blamed on hardware: {sum(r['hardware'] for r in user)} of {len(user)}.", ""]
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        with open(args.out, "a", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+    publish(lines, args.out)
     return 0
 
 
