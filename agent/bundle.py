@@ -34,6 +34,7 @@ from pydantic import BaseModel, Field
 
 from agent.checks.manifest import LIB_SCRIPTS, Manifest
 from agent.checks.runner import RAW_LIMIT_CHARS
+from agent.inventory import HostInventory, HostView
 from agent.models import CheckResult
 
 FORMAT = "aidai-evidence/1"
@@ -165,16 +166,17 @@ def confirming(entries: list[str], results: list[CheckResult]) -> list[Confirmin
     return out
 
 
-def tool_versions(inventory: dict[str, Any], results: list[CheckResult], host: str) -> dict[str, Any]:
+def tool_versions(inventory: dict[str, HostView], results: list[CheckResult], host: str) -> dict[str, Any]:
     """What the run knows of the host's software: the inventory's driver and CUDA, the framework versions check's
     metrics (torch, NCCL, CUDA runtime, nvcc), and which tools the inventory found."""
-    saved = (inventory.get(host) or {}).get("inventory") or {}
-    known: dict[str, Any] = {"hostname": saved.get("hostname") or "", "driver": saved.get("driver_version"),
-                             "cuda": saved.get("cuda_version"), "platform": saved.get("platform")}
+    view = inventory.get(host)
+    saved = view.inventory if view else HostInventory(host=host, platform="")
+    known: dict[str, Any] = {"hostname": saved.hostname, "driver": saved.driver_version,
+                             "cuda": saved.cuda_version, "platform": saved.platform or None}
     framework = next((r for r in results if r.host == host and r.check == "framework_versions"), None)
     if framework is not None:
         known.update({k: v for k, v in framework.metrics.items() if isinstance(v, str | int | float) and v != ""})
-    known["tools"] = saved.get("tools") or {}
+    known["tools"] = saved.tools
     return known
 
 
@@ -191,7 +193,7 @@ def bundle_path(runs: Path, run_id: str) -> Path:
 
 
 def write_bundle(runs: Path, run_id: str, causes: list[BundledCause], results: list[CheckResult],
-                 inventory: dict[str, Any], manifest: Manifest, spool: Spool,
+                 inventory: dict[str, HostView], manifest: Manifest, spool: Spool,
                  exit_codes: dict[tuple[str, str], int | None] | None = None) -> BundleInfo:
     """The bundle of the results that confirmed `causes`, written atomically; the spool is removed after."""
     final = bundle_path(runs, run_id)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from agent import pretriage
@@ -25,8 +25,10 @@ from agent.checkpoints import open_store
 from agent.checks.runner import CheckRunner
 from agent.executors.hosts import SshOptions, executors_for
 from agent.graph.build import DiagnosisGraph
-from agent.graph.state import incident_time, initial_state, load_results
+from agent.graph.state import DiagnosisState, incident_time, initial_state
 from agent.incident import Incident
+from agent.inventory import HostView
+from agent.models import CheckResult
 from agent.options import DiagnoseOptions, data_dir
 from agent.preflight.collect import CHECKS as PREFLIGHT_CHECKS
 from agent.reasoning.base import KBPassage, LeafJudgement, PastIncident, Reasoner
@@ -153,7 +155,7 @@ class Diagnoser:
         prefetch = getattr(self.runner, "prefetch", None)
         if prefetch is None:  # a stand-in runner
             return
-        self.runner.judge_events_at(incident_time(incident.model_dump(mode="json")))  # as the graph's guard does
+        self.runner.judge_events_at(incident_time(incident))  # as the graph's guard does
         limited = self.options.max_checks is not None or self.options.max_wall_s is not None
         prefetch(PREFLIGHT_CHECKS if "preflight" in self.options.pretriage and not limited else ())
 
@@ -223,17 +225,17 @@ class Diagnoser:
         if self.audit is not None:
             self.audit.append(event)
 
-    def _preserve(self, state: Mapping[str, Any], causes: list[tuple[str, LeafJudgement]]) -> dict[str, Any] | None:
+    def _preserve(self, results: list[CheckResult], inventory: dict[str, HostView],
+                  causes: list[tuple[str, LeafJudgement]]) -> dict[str, Any] | None:
         """The evidence bundle of the confirmed causes (AgentTools.preserve), its manifest's hash in the audit log.
         A bundle that cannot be written is said so in the report, the ticket and the log; the diagnosis goes on."""
         if not self.options.checkpoint or self.run_id is None or self.spool is None:
             return None
-        results = load_results(state)
         bundled = [BundledCause(label=j.label, role=role, confidence=j.confidence, evidence=j.evidence.matched,
                                 findings=confirming(j.evidence.matched, results)) for role, j in causes]
         try:
-            info = write_bundle(runs_dir(self.options), self.run_id, bundled, results, dict(state.get("inventory", {})),
-                                self.runner.manifest, self.spool, self.runner.exit_codes)
+            info = write_bundle(runs_dir(self.options), self.run_id, bundled, results, inventory, self.runner.manifest,
+                                self.spool, self.runner.exit_codes)
         except Exception as exc:  # the diagnosis is worth more than its bundle: say why there is none, go on
             log.exception("run %s: no evidence bundle", self.run_id)
             info = BundleInfo(error=f"the evidence bundle could not be written: {type(exc).__name__}: {exc}")
@@ -245,7 +247,7 @@ class Diagnoser:
             self.redactor.save(mapping_path(self.options, run_id))
 
     def _report(self, run_id: str, values: dict[str, Any], seconds: float) -> Report:
-        return build_report(run_id, values, self.taxonomy, usage=self.reasoner.usage,
+        return build_report(run_id, DiagnosisState.model_validate(values), self.taxonomy, usage=self.reasoner.usage,
                             reasoner=self.reasoner.name, wall_s=seconds)
 
     def _config(self, run_id: str) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_serializer
 
-from agent.agents.attribution import Suspected
+from agent.graph.state import Conclusion
 from agent.incident import Entities
 from agent.inventory import Expectations
 from agent.models import ToolResult
@@ -137,22 +137,12 @@ class StoppedEvent(_Event):
     message: str
 
 
-class ConclusionEvent(_Event):
+class ConclusionEvent(Conclusion):
     """The conclusion as the state keeps it (agents/conclusion.py `result`)."""
 
+    model_config = ConfigDict(extra="forbid")
+
     type: Literal["conclusion"] = "conclusion"
-    resolved: bool
-    pipeline: int
-    root_causes: list[LeafJudgement]
-    follows: list[LeafJudgement]
-    also_found: list[LeafJudgement]
-    links: dict[str, str]
-    levels: dict[str, str]
-    claims: dict[str, float]
-    suspected: list[Suspected]
-    explanation: str
-    stopped: dict[str, str] | None = None
-    evidence_bundle: dict[str, Any] | None = None
 
 
 Event = Annotated[

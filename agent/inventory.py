@@ -134,6 +134,13 @@ class Expectations(BaseModel):
         return f"{self.who}: {self.inventory}; {used} ({self.why})"
 
 
+class HostView(BaseModel):
+    """A host as the inventory found it, and what its checks expect of it: what a run keeps of each host."""
+
+    inventory: HostInventory
+    expectations: Expectations
+
+
 def take(executor: Executor) -> HostInventory:
     """Run the inventory script on the host; a host that cannot run it gets an inventory with `error` set."""
     run = executor.run_script(INVENTORY.script_path, {"host": executor.name}, INVENTORY.timeout_s)

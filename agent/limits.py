@@ -9,7 +9,9 @@ resumed run keeps counting where it left off. Time spent waiting for an operator
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
+
+from typing_extensions import TypedDict  # pydantic validates these in the graph state (needs it on 3.11)
 
 MAX_STEPS = 2000  # graph super-steps: a full walk of the taxonomy is ~400; more means a cycle
 

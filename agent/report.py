@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from agent.agents.attribution import GPU_ENTITY, Suspected
 from agent.bundle import BundleInfo
-from agent.graph.state import load_judgements, load_results
+from agent.graph.state import DiagnosisState, Step
 from agent.incident import Attachment
 from agent.inventory import DriverGpu, Expectations, HostInventory
 from agent.models import CheckResult, Finding, ToolResult
@@ -39,13 +39,6 @@ class RootCause(BaseModel):
     drain: list[str] = Field(default_factory=list)
 
 
-class PathStep(BaseModel):
-    pipeline: int
-    node: str
-    action: str  # enter | rank | early_stop | confirmed | rejected | inconclusive | explore | feedback | start
-    detail: str = ""
-
-
 class Report(BaseModel):
     run_id: str
     resolved: bool
@@ -61,7 +54,7 @@ class Report(BaseModel):
     environment: str = ""
     hosts: list[str] = Field(default_factory=list)
     inventory: list[Expectations] = Field(default_factory=list)  # per host: what it is, what it was judged by
-    path: list[PathStep] = Field(default_factory=list)
+    path: list[Step] = Field(default_factory=list)
     hypotheses: list[LeafJudgement] = Field(default_factory=list)  # every leaf tested, with its verdict
     results: list[CheckResult] = Field(default_factory=list)  # every check run, one per (host, check)
     similar: list[PastIncident] = Field(default_factory=list)
@@ -204,52 +197,46 @@ def _cause(judgement: LeafJudgement, taxonomy: Taxonomy, results: list[CheckResu
                      drain=_drain(judgement, results, jobs, run_id))
 
 
-def build_report(run_id: str, state: dict[str, Any], taxonomy: Taxonomy, *, usage: Usage | None = None,
+def build_report(run_id: str, state: DiagnosisState, taxonomy: Taxonomy, *, usage: Usage | None = None,
                  reasoner: str = "offline", wall_s: float = 0.0,
                  attachments: list[Attachment] | None = None) -> Report:
     """The report of a run's final STATE; ATTACHMENTS default to the incident's files (agent/textinput.py)."""
-    conclusion = state.get("conclusion") or {}
-    results = sorted(load_results(state), key=lambda r: (r.host, r.check))  # type: ignore[arg-type]
-    inventories = {host: HostInventory.model_validate(saved["inventory"])
-                   for host, saved in state.get("inventory", {}).items()}
-    links = conclusion.get("links") or {}
-    levels = conclusion.get("levels") or {}
-    claims = conclusion.get("claims") or {}
-    incident = state.get("incident") or {}
-    jobs = [SlurmJob.model_validate(job) for job in incident.get("slurm_jobs") or []]
+    conclusion = state.conclusion
+    results = sorted(state.results.values(), key=lambda r: (r.host, r.check))
+    views = state.inventory or {}
+    inventories = {host: view.inventory for host, view in views.items()}
+    links = conclusion.links if conclusion else {}
+    levels = conclusion.levels if conclusion else {}
+    claims = conclusion.claims if conclusion else {}
+    jobs = state.incident.slurm_jobs
 
-    def causes_of(key: str) -> list[RootCause]:
-        causes = [_cause(LeafJudgement.model_validate(j), taxonomy, results, inventories, links.get(j["label"], ""),
-                         jobs, run_id) for j in conclusion.get(key, [])]
-        if key == "root_causes":  # a claimed cause's confidence is its claim's (agents/attribution.py), not the leaf's
-            causes = [c.model_copy(update={"level": levels.get(c.label, "confirmed"),
-                                           "confidence": claims.get(c.label, c.confidence)}) for c in causes]
-        return causes
+    def causes_of(judgements: list[LeafJudgement]) -> list[RootCause]:
+        return [_cause(j, taxonomy, results, inventories, links.get(j.label, ""), jobs, run_id) for j in judgements]
 
-    causes = causes_of("root_causes")
-    summary = state.get("summary") or {}
-    hosts = sorted({r.host for r in results} | set(state.get("inventory", {})))
+    # a claimed cause's confidence is its claim's (agents/attribution.py), not the leaf's
+    causes = [c.model_copy(update={"level": levels.get(c.label, "confirmed"),
+                                   "confidence": claims.get(c.label, c.confidence)})
+              for c in causes_of(conclusion.root_causes if conclusion else [])]
     usage = usage or Usage()
     return Report(
-        run_id=run_id, resolved=bool(conclusion.get("resolved")), pipeline=int(conclusion.get("pipeline", 0)),
-        root_causes=causes, follows=causes_of("follows"), also_found=causes_of("also_found"),
-        suspected=[Suspected.model_validate(s) for s in conclusion.get("suspected") or []],
-        explanation=str(conclusion.get("explanation", "")),
-        title=summary.get("title", ""),
-        incident=incident.get("text", ""), environment=incident.get("environment", ""), hosts=hosts,
-        inventory=[Expectations.model_validate(saved["expectations"]) for saved in state.get("inventory", {}).values()],
-        path=[PathStep.model_validate(step) for step in state.get("path", [])],
-        hypotheses=load_judgements(state),  # type: ignore[arg-type]
-        results=results, similar=[PastIncident.model_validate(p) for p in state.get("similar", [])],
-        pretriage=[ToolResult.model_validate(t) for t in state.get("pretriage", [])],
-        exploration=[ExplorationHypothesis.model_validate(h) for h in state.get("exploration", [])],
-        feedback=list(state.get("feedback", [])), checks_run=len(results),
+        run_id=run_id, resolved=bool(conclusion and conclusion.resolved),
+        pipeline=conclusion.pipeline if conclusion else 0, root_causes=causes,
+        follows=causes_of(conclusion.follows if conclusion else []),
+        also_found=causes_of(conclusion.also_found if conclusion else []),
+        suspected=conclusion.suspected if conclusion else [],
+        explanation=conclusion.explanation if conclusion else "",
+        title=state.summary.title if state.summary else "",
+        incident=state.incident.text, environment=state.incident.environment,
+        hosts=sorted({r.host for r in results} | set(views)),
+        inventory=[view.expectations for view in views.values()],
+        path=state.path,
+        hypotheses=state.judgements, results=results, similar=state.similar, pretriage=state.pretriage,
+        exploration=state.exploration, feedback=list(state.feedback), checks_run=len(results),
         check_seconds=round(sum(r.duration_s for r in results), 3), reasoner=reasoner,
         llm_calls=usage.calls, tokens=usage.tokens, llm_fallbacks=usage.fallbacks,
         llm_fallback_causes=dict(usage.fallback_causes), wall_s=round(wall_s, 3),
-        stopped=dict(conclusion.get("stopped") or {}),
-        spent=dict(state.get("spent") or {}),
-        evidence_bundle=BundleInfo.model_validate(conclusion["evidence_bundle"])
-        if conclusion.get("evidence_bundle") else None,
-        attachments=attachments if attachments is not None
-        else [Attachment.model_validate(f) for f in incident.get("files") or []], slurm_jobs=jobs)
+        stopped=dict(conclusion.stopped) if conclusion and conclusion.stopped else {},
+        spent=dict(state.spent),
+        evidence_bundle=BundleInfo.model_validate(conclusion.evidence_bundle)
+        if conclusion and conclusion.evidence_bundle else None,
+        attachments=attachments if attachments is not None else state.incident.files, slurm_jobs=jobs)

@@ -14,6 +14,7 @@ from typing import Any
 from agent.audit import audit_path, local_user, read
 from agent.checkpoints import open_store
 from agent.executors.hosts import HostSpecError, parse_spec
+from agent.graph.state import DiagnosisState
 from agent.incident import Incident
 from agent.options import DiagnoseOptions, data_dir
 from agent.redact import Redactor
@@ -80,15 +81,15 @@ def save_run(options: DiagnoseOptions, run_id: str, incident: Incident) -> Path:
     return path
 
 
-def saved_state(options: DiagnoseOptions, run_id: str) -> dict[str, Any]:
-    """A run's last checkpointed state, read without its hosts, reasoner or knowledge stores ({} when none)."""
+def saved_state(options: DiagnoseOptions, run_id: str) -> DiagnosisState | None:
+    """A run's last checkpointed state, read without its hosts, reasoner or knowledge stores (None when none)."""
     from agent.graph.build import DiagnosisGraph
 
     saver, close = open_store(options.checkpoint_url, runs_dir(options) / "checkpoints.sqlite")
     try:
         graph = DiagnosisGraph.without_hosts().build(saver)
-        state = graph.get_state({"configurable": {"thread_id": run_id}})
-        return dict(state.values or {})
+        values = graph.get_state({"configurable": {"thread_id": run_id}}).values
+        return DiagnosisState.model_validate(values) if values else None
     finally:
         close()
 

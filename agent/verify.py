@@ -38,7 +38,7 @@ from agent.events import ResultEvent
 from agent.evidence import rule_matches
 from agent.executors.base import Executor
 from agent.executors.hosts import HostSpecError, SshOptions, executors_for
-from agent.graph.state import load_results
+from agent.graph.state import DiagnosisState
 from agent.models import CheckResult, Finding, Verdict
 from agent.options import DiagnoseOptions
 from agent.options import data_dir as data_root
@@ -94,21 +94,20 @@ class Verification(BaseModel):
 
 
 # ---- what to verify ----------------------------------------------------------------------------------------------
-def concluded_causes(state: dict[str, Any], run_id: str) -> list[tuple[str, LeafJudgement]]:
-    conclusion = state.get("conclusion")
-    if not conclusion:
+def concluded_causes(state: DiagnosisState, run_id: str) -> list[tuple[str, LeafJudgement]]:
+    conclusion = state.conclusion
+    if conclusion is None:
         raise NothingToVerify(f"run {run_id} has not concluded: finish it first (`aidai diagnose --resume {run_id}`)")
-    causes = [("root_cause", LeafJudgement.model_validate(j)) for j in conclusion.get("root_causes", [])]
-    causes += [(role, LeafJudgement.model_validate(j)) for role in ("follows", "also_found")
-               for j in conclusion.get(role, [])]
+    causes = [("root_cause", j) for j in conclusion.root_causes]
+    causes += [("follows", j) for j in conclusion.follows] + [("also_found", j) for j in conclusion.also_found]
     if not causes:
         raise NothingToVerify(f"run {run_id} confirmed no cause: there is nothing to verify (its ticket escalates)")
     return causes
 
 
-def bundle_state(state: dict[str, Any]) -> tuple[dict[str, Any], str]:
+def bundle_state(state: DiagnosisState) -> tuple[dict[str, Any], str]:
     """(what the verification says about the evidence bundle, its creation time or '')."""
-    info = (state.get("conclusion") or {}).get("evidence_bundle") or {}
+    info = (state.conclusion.evidence_bundle if state.conclusion else None) or {}
     if not info or not info.get("path") or info.get("error"):
         return {"status": "missing", "problems": [info.get("error") or "the run kept no evidence bundle"]}, ""
     path = Path(info["path"])
@@ -230,9 +229,10 @@ class Verifier:
         self.emit = emit or (lambda event: None)
         self.taxonomy = taxonomy or load_taxonomy()
         self.runs = runs_dir(self.options)
-        self.state = saved_state(self.options, run_id)
-        if not self.state:
+        state = saved_state(self.options, run_id)
+        if state is None:
             raise RunNotFound(f"run {run_id!r} has no checkpoint in {self.runs}")
+        self.state = state
         self.causes = concluded_causes(self.state, run_id)
         self.audit = AuditLog(audit_path(self.runs, run_id), run_id)
 
@@ -250,7 +250,7 @@ class Verifier:
         raise NothingToVerify(f"run {self.run_id}: no time the diagnosis ended is recorded; give --since TIME")
 
     def run(self) -> Verification:
-        results = load_results(self.state)  # type: ignore[arg-type]
+        results = list(self.state.results.values())
         bundle, created = bundle_state(self.state)
         since, since_from = self.window(created)
         wanted = {j.label: confirming(j.evidence.matched, results) for _, j in self.causes}

@@ -11,7 +11,7 @@ from agent.checks.runner import CheckRunner
 from agent.events import Event, SkippedEvent
 from agent.executors.hosts import executors_for
 from agent.graph.build import DiagnosisGraph
-from agent.graph.state import initial_state
+from agent.graph.state import DiagnosisState
 from agent.incident import Incident
 from agent.models import CheckResult, Verdict
 from agent.reasoning.offline import OfflineReasoner
@@ -28,7 +28,7 @@ def execute(root: Path, faults: list[dict[str, Any]], label: str, approval: str,
     graph = DiagnosisGraph(AgentTools(taxonomy=TAXONOMY, reasoner=OfflineReasoner(TAXONOMY),
                                       runner=CheckRunner(executors_for([host])), emit=events.append,
                                       approval=approval))  # type: ignore[arg-type]
-    results, _ = graph.execution.execute(initial_state(Incident(text="training job failed")), label)
+    results, _ = graph.execution.execute(DiagnosisState(incident=Incident(text="training job failed")), label)
     return {r.check: r for r in results}, events
 
 

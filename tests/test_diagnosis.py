@@ -178,6 +178,8 @@ def test_killed_run_resumes_from_its_checkpoint_without_rerunning_finished_check
     before = resumed.graph.get_state({"configurable": {"thread_id": "killed-run"}}).values
     finished = set(before["results"])
     assert finished, "the killed run had finished some checks"
+    # the checkpoint holds plain JSON, not the state's typed objects: another process or version resumes it
+    assert json.loads(json.dumps(before)) == before
     ran_again: list[str] = []
     resumed.runner.on_result = lambda result: ran_again.append(f"{result.host}|{result.check}")
     report = resumed.resume("killed-run")

@@ -17,6 +17,7 @@ from agent.checks.runner import CheckNotAllowed, CheckRunner
 from agent.diagnosis import Diagnoser
 from agent.executors.base import Executor, ScriptRun
 from agent.graph.build import DiagnosisGraph
+from agent.graph.state import DiagnosisState, Frame
 from agent.incident import Incident
 from agent.limits import LimitError, Limits
 from agent.options import DiagnoseOptions
@@ -115,11 +116,11 @@ def test_the_same_check_on_the_same_host_never_runs_twice(tmp_path: Path) -> Non
 def test_the_dfs_enters_a_node_at_most_once_per_pass() -> None:
     tools = AgentTools(taxonomy=TAXONOMY, reasoner=OfflineReasoner(TAXONOMY), runner=CheckRunner([]))
     graph = DiagnosisGraph(tools)
-    state: Any = {"stack": [{"label": "", "phase": "children", "children": ["GPU", "GPU"], "next": 1, "mark": 0}],
-                  "visited": ["GPU"], "memory": [], "path": []}
+    state = DiagnosisState(incident=Incident(text="job died"), visited=["GPU"],
+                           stack=[Frame(label="", phase="children", children=["GPU", "GPU"], next=1, mark=0)])
     update = graph.planning.dfs(state)
-    assert len(update["stack"]) == 1 and update["stack"][0]["next"] == 2  # not pushed again
-    assert update["path"][-1]["action"] == "loop" and update["path"][-1]["node"] == "GPU"
+    assert len(update["stack"]) == 1 and update["stack"][0].next == 2  # not pushed again
+    assert update["path"][-1].action == "loop" and update["path"][-1].node == "GPU"
 
 
 class Recording(Executor):

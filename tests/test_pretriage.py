@@ -16,7 +16,7 @@ from agent.cli.main import app
 from agent.diagnosis import Diagnoser
 from agent.executors.hosts import executors_for
 from agent.graph.build import DiagnosisGraph
-from agent.graph.state import initial_state
+from agent.graph.state import DiagnosisState
 from agent.incident import Incident
 from agent.l4.simulate import JobSpec, simulate_job
 from agent.models import ToolResult
@@ -63,13 +63,13 @@ def test_a_broken_tool_is_reported_and_the_priors_keep_only_taxonomy_labels(tmp_
     host = f"sim:{create_scenario(tmp_path, [], []).root}"
     graph = DiagnosisGraph(AgentTools(taxonomy=TAXONOMY, reasoner=OfflineReasoner(TAXONOMY),
                                       runner=CheckRunner(executors_for([host])), pretriage=[broken, helpful]))
-    state = initial_state(Incident(text="job died"))
-    state.update(graph.summarization.summarize(state))  # type: ignore[typeddict-item]
+    state = DiagnosisState(incident=Incident(text="job died"))
+    state = state.merged(graph.summarization.summarize(state))
     update = graph.summarization.pretriage(state)
-    assert [(r["tool"], r["status"]) for r in update["pretriage"]] == [("broken", "error"), ("helpful", "ok")]
-    assert "parser exploded" in update["pretriage"][0]["reason"]
+    assert [(r.tool, r.status) for r in update["pretriage"]] == [("broken", "error"), ("helpful", "ok")]
+    assert "parser exploded" in update["pretriage"][0].reason
     assert update["pretriage_priors"] == {"GPU.THERMAL": 0.6}
-    assert update["summary"]["entities"]["hosts"][0] == "node-7"
+    assert update["summary"].entities.hosts[0] == "node-7"
 
 
 def test_unknown_tool_names_and_missing_attachments_are_bad_input(tmp_path: Path, data_dir: Path) -> None:

@@ -16,6 +16,7 @@ from agent.agents.attribution import PROBABLE, attribute
 from agent.checks.runner import CheckRunner
 from agent.executors.hosts import executors_for
 from agent.graph.build import DiagnosisGraph
+from agent.graph.state import DiagnosisState
 from agent.incident import Incident, IncidentSummary
 from agent.models import Verdict
 from agent.reasoning.base import Evidence, LeafJudgement
@@ -285,14 +286,12 @@ def test_when_nothing_confirmed_ties_to_the_incident_its_likeliest_untested_caus
     graph = DiagnosisGraph.without_hosts(TAXONOMY)
     text = "RuntimeError: CUDA error: uncorrectable ECC error encountered; Xid 48"
     port = judgement(PORT_DOWN, ["nic_config:port_down@mlx5_7 (FAIL)"])
-    state: Any = {"stack": [], "judgements": [port.model_dump(mode="json")], "similar": [], "path": [],
-                  "incident": Incident(text=text).model_dump(mode="json"),
-                  "summary": summary(text).model_dump(mode="json")}
+    state = DiagnosisState(judgements=[port], incident=Incident(text=text), summary=summary(text))
     assert graph.after_dfs(state) == "follow_reading"
     update = graph.reflection.follow_reading(state)
-    tested = [step["node"] for step in update["path"] if step["action"] in ("confirmed", "rejected", "inconclusive")]
+    tested = [step.node for step in update["path"] if step.action in ("confirmed", "rejected", "inconclusive")]
     assert ECC in tested and PORT_DOWN not in tested  # the leaf the incident reads as, not what was confirmed
-    assert graph.after_dfs({**state, **update}) == "corroborate"  # once: then the run concludes (and escalates)
+    assert graph.after_dfs(state.merged(update)) == "corroborate"  # once: then the run concludes (and escalates)
 
 
 def test_only_confirmed_causes_tied_to_the_incident_are_corroborated(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -316,10 +315,8 @@ def test_only_confirmed_causes_tied_to_the_incident_are_corroborated(monkeypatch
     monkeypatch.setattr(graph.execution, "execute", execute)
     monkeypatch.setattr(graph.execution, "decide", decide)
 
-    def state(*found: LeafJudgement) -> Any:
-        return {"stack": [], "judgements": [j.model_dump(mode="json") for j in found], "similar": [], "path": [],
-                "incident": Incident(text=text).model_dump(mode="json"),
-                "summary": summary(text).model_dump(mode="json")}
+    def state(*found: LeafJudgement, said: str = text) -> DiagnosisState:
+        return DiagnosisState(judgements=list(found), incident=Incident(text=said), summary=summary(said))
 
     # a port down that nothing ties to an ECC incident is reported as found: no minutes of load to rank it
     assert graph.reflection.corroborate(state(ecc, port)) == {} and corroborated == []
@@ -328,7 +325,6 @@ def test_only_confirmed_causes_tied_to_the_incident_are_corroborated(monkeypatch
     # two independent causes tied to the incident: the load test decides which comes first, and says so
     nvlink = judgement("INTERCONNECT_NETWORKING.NVLINK.LINK_HARDWARE_FAULT", ["nvlink_status:link_down@GPU5 (FAIL)"])
     both = "RuntimeError: CUDA error: uncorrectable ECC error encountered on GPU 1 and GPU 5; Xid 48; Xid 74"
-    graph.reflection.corroborate({**state(ecc, nvlink), "incident": Incident(text=both).model_dump(mode="json"),
-                       "summary": summary(both).model_dump(mode="json")})
+    graph.reflection.corroborate(state(ecc, nvlink, said=both))
     assert sorted(corroborated) == sorted([ECC, "INTERCONNECT_NETWORKING.NVLINK.LINK_HARDWARE_FAULT"])
     assert len(purposes) == 1 and "decide which of them comes first" in purposes[0]  # one question for both

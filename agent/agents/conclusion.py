@@ -6,17 +6,15 @@ be checked, or a limit stopped the run, it says so plainly without asking a reas
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from agent import inventory as inv
 from agent import limits as L
 from agent.agents.attribution import Attribution, Suspected, attribute
 from agent.agents.context import AgentTools
 from agent.agents.reading import IncidentReading
 from agent.events import ConclusionEvent
-from agent.graph.state import DiagnosisState, load_judgements, load_memory, load_results, load_summary
-from agent.incident import Incident, IncidentSummary
+from agent.graph.state import Conclusion, DiagnosisState
+from agent.incident import IncidentSummary
 from agent.models import CheckResult, Verdict
 from agent.reasoning.base import LeafJudgement, Observation, Reasoner
 from agent.taxonomy import Taxonomy
@@ -32,17 +30,16 @@ class ConclusionAgent:
         self.t = tools
         self.reading = reading
 
-    def attribute(self, state: Mapping[str, Any]) -> Attribution:
+    def attribute(self, state: DiagnosisState) -> Attribution:
         """Which confirmed leaves are this incident's causes, at which level (agents/attribution.py)."""
-        judgements = load_judgements(state)
-        confirmed = [j for j in judgements if j.status == "confirmed"]
+        confirmed = [j for j in state.judgements if j.status == "confirmed"]
         if not confirmed:
             return Attribution()
-        hosts = len(state.get("inventory") or {}) or len(Incident.model_validate(state["incident"]).hosts)
-        return attribute(self.t.taxonomy, load_summary(state), confirmed, judgements, self.reading.ranks(state),
+        hosts = len(state.inventory or {}) or len(state.incident.hosts)
+        return attribute(self.t.taxonomy, state.summarized(), confirmed, state.judgements, self.reading.ranks(state),
                          hosts)
 
-    def tied(self, state: Mapping[str, Any]) -> list[LeafJudgement]:
+    def tied(self, state: DiagnosisState) -> list[LeafJudgement]:
         """The causes the incident's own lines, devices or time tie (level confirmed). The walk's decisions rest on
         these alone, never on a claim's score: the checks a run makes do not depend on the claim model's weights."""
         found = self.attribute(state)
@@ -52,32 +49,31 @@ class ConclusionAgent:
         """Node: the conclusion, its evidence bundle kept before anyone reads it, the audit log's line."""
         found = self.attribute(state)
         ordered = found.primary
-        stopped = state.get("stopped")
+        stopped = state.stopped
         suspects: list[Suspected] = []
-        if nothing_checkable(state):  # nothing was looked at: say so plainly, no reasoner needed
+        results = list(state.results.values())
+        if not state.checkable_hosts():  # nothing was looked at: say so plainly, no reasoner needed
             text = cannot_check_explanation(state)
         elif stopped:  # no LLM call: the budget may be what ran out, and the stop must be said plainly
             text = stopped_explanation(stopped, state, ordered)
         else:
-            text = explain(self.t.reasoner, load_summary(state), found, load_memory(state))
+            text = explain(self.t.reasoner, state.summarized(), found, state.memory)
             if not ordered:
-                suspects = suspected(self.t.taxonomy, load_judgements(state), load_results(state),
-                                     self.reading.ranks(state))
+                suspects = suspected(self.t.taxonomy, state.judgements, results, self.reading.ranks(state))
                 text += suspected_sentence(suspects)
         # the pipeline that first confirmed the primary cause (after the user's feedback, pipeline 2 counts as 3)
-        pipeline = next((step["pipeline"] for step in state.get("path", []) if ordered
-                         and step["node"] == ordered[0].label and step["action"] == "confirmed"), 0)
-        if pipeline == 2 and state.get("feedback"):
+        pipeline = next((step.pipeline for step in state.path if ordered
+                         and step.node == ordered[0].label and step.action == "confirmed"), 0)
+        if pipeline == 2 and state.feedback:
             pipeline = 3
         out = result(found, suspects, text, pipeline, stopped)
         causes = roles(found)
         if causes and self.t.preserve is not None:  # before anyone reads the conclusion and acts on it
-            bundle = self.t.preserve(state, causes)
-            if bundle is not None:
-                out["evidence_bundle"] = bundle
-        self.t.emit(ConclusionEvent.model_validate(out))
-        self.t.audit({**audit_event(out), "spent": dict(state.get("spent", {}))})
+            out.evidence_bundle = self.t.preserve(results, state.inventory or {}, causes)
+        self.t.emit(ConclusionEvent(**dict(out)))
+        self.t.audit({**audit_event(out), "spent": dict(state.spent)})
         return {"conclusion": out, "pipeline": pipeline}
+
 
 def explain(reasoner: Reasoner, summary: IncidentSummary, found: Attribution, memory: list[Observation]) -> str:
     text = reasoner.conclude(summary, found.primary, memory)
@@ -128,59 +124,44 @@ def roles(found: Attribution) -> list[tuple[str, LeafJudgement]]:
 
 
 def result(found: Attribution, suspected: list[Suspected], text: str, pipeline: int,
-           stopped: L.Stop | None) -> dict[str, Any]:
+           stopped: L.Stop | None) -> Conclusion:
     """The conclusion as the state keeps it, the report reads it and the faces receive it."""
     if found.also_found:
         text += " Also found on the hosts, not the cause of this incident: " + "; ".join(
             f"{j.label} ({found.links[j.label]})" for j in found.also_found) + "."
-    out: dict[str, Any] = {
-        "resolved": bool(found.primary), "pipeline": pipeline,
-        "root_causes": [j.model_dump(mode="json") for j in found.primary],
-        "follows": [j.model_dump(mode="json") for j in found.follows],
-        "also_found": [j.model_dump(mode="json") for j in found.also_found], "links": found.links,
-        "levels": found.levels, "claims": found.claims,
-        "suspected": [s.model_dump(mode="json") for s in suspected], "explanation": text}
-    if stopped:
-        out["stopped"] = dict(stopped)
-    return out
+    return Conclusion(resolved=bool(found.primary), pipeline=pipeline, root_causes=found.primary,
+                      follows=found.follows, also_found=found.also_found, links=found.links, levels=found.levels,
+                      claims=found.claims, suspected=suspected, explanation=text, stopped=stopped or None)
 
 
-def audit_event(result: dict[str, Any]) -> dict[str, Any]:
+def audit_event(result: Conclusion) -> dict[str, Any]:
     """The audit log's line for a conclusion: what was claimed, at which level, and what else was found."""
-    def labels(key: str) -> list[str]:
-        return [j["label"] for j in result[key]]
+    def labels(items: list[LeafJudgement] | list[Suspected]) -> list[str]:
+        return [j.label for j in items]
 
-    return {"event": "conclusion", "resolved": result["resolved"], "pipeline": result["pipeline"],
-            "root_causes": labels("root_causes"), "levels": result["levels"], "follows": labels("follows"),
-            "also_found": labels("also_found"), "suspected": labels("suspected"),
-            "stopped": result.get("stopped") or None}
-
-
-def nothing_checkable(state: Mapping[str, Any]) -> bool:
-    """The inventory found no host whose checks can run (a run checkpointed before the inventory step has none)."""
-    saved = state.get("inventory")
-    return saved is not None and all(s["expectations"].get("cannot_check") for s in saved.values())
+    return {"event": "conclusion", "resolved": result.resolved, "pipeline": result.pipeline,
+            "root_causes": labels(result.root_causes), "levels": result.levels, "follows": labels(result.follows),
+            "also_found": labels(result.also_found), "suspected": labels(result.suspected),
+            "stopped": dict(result.stopped) if result.stopped else None}
 
 
-def cannot_check_explanation(state: Mapping[str, Any]) -> str:
+def cannot_check_explanation(state: DiagnosisState) -> str:
     """The answer when no host could be checked: which, why, and that nothing was confirmed or rejected."""
-    lines = [inv.Expectations.model_validate(saved["expectations"]).line() + "."
-             for saved in state.get("inventory", {}).values()]
+    lines = [view.expectations.line() + "." for view in (state.inventory or {}).values()]
     lines = [line[0].upper() + line[1:] for line in lines]
     lines.append("Nothing was confirmed or rejected: no verification ran. Run aidai on the GPU node, or name the node "
                  "with --host; escalate with this ticket if the node itself cannot be reached.")
     return " ".join(lines)
 
 
-def stopped_explanation(stop: L.Stop | dict[str, Any], state: Mapping[str, Any], confirmed: list[LeafJudgement]) -> str:
+def stopped_explanation(stop: L.Stop, state: DiagnosisState, confirmed: list[LeafJudgement]) -> str:
     """The conclusion of a stopped run: which limit, and what was tried before it (for the escalation)."""
-    results = load_results(state)
-    judged = load_judgements(state)
+    results = state.results.values()
+    judged = state.judgements
     counts = {s: sum(j.status == s for j in judged) for s in ("confirmed", "rejected", "inconclusive")}
-    last = next((step["node"] for step in reversed(state.get("path", [])) if step.get("node") not in ("", "ROOT")),
-                "")
+    last = next((step.node for step in reversed(state.path) if step.node not in ("", "ROOT")), "")
     parts = [f"Investigation stopped: {stop['message']}.",
-             f"Tried so far: {state.get('spent', {}).get('checks', len(results))} check run(s) on "
+             f"Tried so far: {state.spent.get('checks', len(results))} check run(s) on "
              f"{len({r.host for r in results}) or 'the'} host(s); "
              f"{len(judged)} hypothesis(es) tested ({counts['confirmed']} confirmed, {counts['rejected']} rejected, "
              f"{counts['inconclusive']} inconclusive)" + (f"; last node {last}." if last else ".")]

@@ -4,7 +4,7 @@ checkpointed: the graph state is."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -12,7 +12,8 @@ from agent import limits as L
 from agent.checks.runner import CheckRunner
 from agent.events import Event
 from agent.incident import Incident
-from agent.models import ToolResult
+from agent.inventory import HostView
+from agent.models import CheckResult, ToolResult
 from agent.reasoning.base import KBPassage, LeafJudgement, PastIncident, Reasoner
 from agent.taxonomy import Taxonomy
 
@@ -21,10 +22,10 @@ Audit = Callable[[dict[str, Any]], None]  # the run's append-only audit log (age
 Approval = Literal["all", "none", "ask"]
 PreTriage = Callable[[Incident], ToolResult | None]  # None: nothing for this tool in the incident
 Retrieve = Callable[[str, int], list[PastIncident]]
-# keeps the evidence of the confirmed causes ((role, judgement): root_cause | follows | also_found) before the
-# conclusion is told to anyone; returns what the report and ticket say about it (agent/bundle.py's BundleInfo), or
-# None
-Preserve = Callable[[Mapping[str, Any], list[tuple[str, LeafJudgement]]], dict[str, Any] | None]
+# keeps the evidence of the confirmed causes ((role, judgement): root_cause | follows | also_found) from the run's
+# results and hosts before the conclusion is told to anyone; returns what the report and ticket say about it
+# (agent/bundle.py's BundleInfo), or None
+Preserve = Callable[[list[CheckResult], dict[str, HostView], list[tuple[str, LeafJudgement]]], dict[str, Any] | None]
 
 
 @dataclass

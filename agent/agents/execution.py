@@ -10,7 +10,6 @@ the same: no 150-second DCGM diag for a GPU whose ECC counters already show the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from agent.agents.context import AgentTools
@@ -18,7 +17,8 @@ from agent.checks.runner import CheckRunner
 from agent.events import ChecksEvent, InventoryEvent, ResultEvent, SkippedEvent, wire
 from agent.evidence import assess
 from agent.graph.guard import Guard
-from agent.graph.state import DiagnosisState, dump_result, load_results, result_key
+from agent.graph.state import DiagnosisState, in_state, result_key
+from agent.inventory import HostView
 from agent.models import CheckResult, Verdict
 from agent.taxonomy import Taxonomy
 
@@ -38,20 +38,19 @@ class ExecutionAgent:
         self.t.emit(event)
         for host in wire(event)["hosts"]:
             self.t.audit({"event": "inventory", **host})
-        return {"inventory": {host: {"inventory": runner.inventories[host].model_dump(mode="json"),
-                                     "expectations": e.model_dump(mode="json")} for host, e in taken.items()}}
+        return {"inventory": {host: HostView(inventory=runner.inventories[host], expectations=e)
+                              for host, e in taken.items()}}
 
-    def execute(self, state: Mapping[str, Any], label: str, costly_too: bool = False,
+    def execute(self, state: DiagnosisState, label: str, costly_too: bool = False,
                 ) -> tuple[list[CheckResult], dict[str, Any]]:
         """Run the node's passive checks, then its active ones if they are still needed or `costly_too` (asking
         for approval first unless already decided: an interrupt when the policy is ask). Returns the results and
         the state's update (results, approvals)."""
         runner = self.t.runner
-        for result in load_results(state):  # a resumed run reuses what the checkpoint already holds
+        for result in state.results.values():  # a resumed run reuses what the checkpoint already holds
             runner.cache.setdefault((result.host, result.check), result)
         cheap, costly = by_tier(runner, checks_for(self.t.taxonomy, runner, label))
-        approvals = dict(state.get("approvals", {}))
-        approvers = dict(state.get("approved_by", {}))
+        approvals, approvers = dict(state.approvals), dict(state.approved_by)
         results = self.run(label, cheap)
         if costly and not self.guard.stopped and (costly_too or costly_needed(self.t.taxonomy, label, results)):
             approvals, approvers = self.decide(state, label, costly, "the read-only checks did not decide it: the "
@@ -60,8 +59,8 @@ class ExecutionAgent:
             results += self.run(label, costly)
         elif costly and not self.guard.stopped:
             self.t.emit(SkippedEvent(node=label, checks=costly, why="the passive checks already decided it"))
-        stored = dict(state.get("results", {}))
-        stored.update({result_key(r): dump_result(r) for r in results})
+        stored = dict(state.results)
+        stored.update({result_key(r): in_state(r) for r in results})
         return results, {"results": stored, "approvals": approvals, "approved_by": approvers}
 
     def run(self, label: str, checks: list[str]) -> list[CheckResult]:
@@ -76,18 +75,18 @@ class ExecutionAgent:
                                     summary=result.summary, cached=result.cached, duration_s=result.duration_s))
         return results
 
-    def active_missing(self, state: Mapping[str, Any], labels: list[str]) -> dict[str, list[str]]:
+    def active_missing(self, state: DiagnosisState, labels: list[str]) -> dict[str, list[str]]:
         """label -> its active checks not run yet in this incident."""
-        ran = {r.check for r in load_results(state)}
+        ran = {r.check for r in state.results.values()}
         return {label: [c for c in by_tier(self.t.runner, checks_for(self.t.taxonomy, self.t.runner, label))[1]
                         if c not in ran] for label in labels}
 
-    def decide(self, state: Mapping[str, Any], node: str, checks: list[str], purpose: str,
+    def decide(self, state: DiagnosisState, node: str, checks: list[str], purpose: str,
                ) -> tuple[dict[str, bool], dict[str, str]]:
         """(approvals, approvers) with `checks` decided: by the operator (one LangGraph interrupt, saying what the
         answer would change) under the policy ask, else by the policy; each decision written to the audit log
         once."""
-        approvals, approvers = dict(state.get("approvals", {})), dict(state.get("approved_by", {}))
+        approvals, approvers = dict(state.approvals), dict(state.approved_by)
         undecided = [c for c in dict.fromkeys(checks) if c not in approvals]
         if not undecided:
             return approvals, approvers

@@ -19,16 +19,7 @@ from agent.agents.reflection import ReflectionAgent
 from agent.events import ExplorationEvent, HistoryEvent, HypothesisEvent, LoopEvent, RankEvent, WidenEvent
 from agent.evidence import unexplained
 from agent.graph.guard import Guard
-from agent.graph.state import (
-    DiagnosisState,
-    Frame,
-    dump_judgements,
-    load_judgements,
-    load_memory,
-    load_results,
-    load_summary,
-    trace,
-)
+from agent.graph.state import DiagnosisState, Frame, Step
 from agent.incident import IncidentSummary
 from agent.models import CheckResult
 from agent.reasoning.base import Choice, NodeInfo, Observation, PastIncident, Reasoner
@@ -51,132 +42,125 @@ class PlanningAgent:
 
     def historical(self, state: DiagnosisState) -> dict[str, Any]:
         """Node, pipeline 1: test the causes of similar past incidents."""
-        summary = load_summary(state)
-        similar = (similar_incidents(self.t.reasoner, summary, self.t.retrieve, self.t.taxonomy)
+        similar = (similar_incidents(self.t.reasoner, state.summarized(), self.t.retrieve, self.t.taxonomy)
                    if self.t.retrieve else [])
         self.t.emit(HistoryEvent(similar=similar[:5]))
-        update: dict[str, Any] = {"similar": [p.model_dump(mode="json") for p in similar],
-                                  "priors": priors(similar, state.get("pretriage_priors"))}
-        judgements = load_judgements(state)
-        path = list(state.get("path", []))
-        memory: list[dict[str, Any]] = []
+        update: dict[str, Any] = {"similar": similar, "priors": priors(similar, state.pretriage_priors)}
+        judgements = list(state.judgements)
+        path = list(state.path)
+        memory: list[Observation] = []
         hypotheses = history_hypotheses(similar)
         tested: set[str] = set()
         while hypotheses and not self.guard.stopped:
             label = hypotheses.pop(0)
             tested.add(label)
-            results, judgement, changes = self.reflection.test({**state, **update}, label, 1)
+            results, judgement, changes = self.reflection.test(state.merged(update), label, 1)
             update.update(changes)
             memory += observations(label, results)
             judgements = [j for j in judgements if j.label != label] + [judgement]
-            path.append({"pipeline": 1, "node": label, "action": judgement.status, "detail": judgement.why})
+            path.append(Step(pipeline=1, node=label, action=judgement.status, detail=judgement.why))
             if judgement.status == "confirmed":
                 # a confirmed leaf's siblings share its checks: test them too, for secondary causes
                 siblings = [n.label for n in self.t.taxonomy.node(label).siblings if n.is_leaf]
                 hypotheses += [s for s in siblings if s not in tested and s not in hypotheses]
         confirmed = [j for j in judgements if j.status == "confirmed"]
-        if confirmed and (left := unexplained(load_results({**state, **update}),
+        if confirmed and (left := unexplained(list(state.merged(update).results.values()),
                                               [self.t.taxonomy.node(j.label).evidence for j in confirmed],
                                               [leaf.evidence for leaf in self.t.taxonomy.leaves()])):
             # history found a cause, but some failure it does not explain: search the taxonomy for the rest
-            path.append({"pipeline": 1, "node": "ROOT", "action": "continue",
-                         "detail": "not explained: " + ", ".join(left[:5])})
+            path.append(Step(pipeline=1, node="ROOT", action="continue",
+                             detail="not explained: " + ", ".join(left[:5])))
             confirmed = []
-        merged = {**state, **update, "judgements": dump_judgements(judgements)}
+        merged = state.merged({**update, "judgements": judgements})
         if (confirmed and not self.conclusion.tied(merged)
                 and not {j.label for j in confirmed} & set(self.reading.likeliest(merged))):
             # on the hosts, but nothing ties it to this incident and the incident does not read like it: most likely
             # an old problem the hosts carry; search on (one it reads like ends the search, as follow_reading would)
-            path.append({"pipeline": 1, "node": "ROOT", "action": "continue",
-                         "detail": "confirmed, but nothing ties it to this incident: " + ", ".join(
-                             j.label for j in confirmed)})
+            path.append(Step(pipeline=1, node="ROOT", action="continue",
+                             detail="confirmed, but nothing ties it to this incident: " + ", ".join(
+                                 j.label for j in confirmed)))
             confirmed = []
-        update.update({"judgements": dump_judgements(judgements), "path": path, "memory": memory,
+        update.update({"judgements": judgements, "path": path, "memory": memory,
                        "pipeline": 1 if confirmed else 0})
         return update
 
     def dfs_init(self, state: DiagnosisState) -> dict[str, Any]:
         """Node: a fresh walk from the root (again after `widen` or the user's feedback)."""
-        root: Frame = {"label": "", "phase": "enter", "children": [], "next": 0, "mark": len(state.get("memory", []))}
-        return {"stack": [root], "visited": [], "path": trace(state, 2, "", "start")}
+        return {"stack": [Frame(label="", mark=len(state.memory))], "visited": [], "path": state.trace(2, "", "start")}
 
     def dfs(self, state: DiagnosisState) -> dict[str, Any]:
         """Node, pipeline 2: one move of Algorithm 1 on the explicit stack."""
-        stack: list[Frame] = [Frame(**f) for f in state["stack"]]
+        stack = [f.model_copy() for f in state.stack]
         frame = stack[-1]
-        label = frame["label"]
-        memory = list(state.get("memory", []))
-        if frame["phase"] == "children":
+        label = frame.label
+        memory = list(state.memory)
+        if frame.phase == "children":
             return self._next_child(state, stack, memory)
         update: dict[str, Any] = {}
         results: list[CheckResult] = []
         if label:
             results, update = self.execution.execute(state, label)
             memory += observations(label, results)
-        merged = {**state, **update, "memory": memory}
+        merged = state.merged({**update, "memory": memory})
         if label and self.t.taxonomy.node(label).is_leaf:
             # judged again even if pipeline 1 or an earlier round did: checks are cached, the text may be newer
             judgement = self.reflection.judge(merged, label, 2)
-            judgements = [j for j in load_judgements(state) if j.label != label] + [judgement]
+            judgements = [j for j in state.judgements if j.label != label] + [judgement]
             stack.pop()
-            return {**update, "stack": stack, "memory": memory[:frame["mark"]],
-                    "judgements": dump_judgements(judgements),
-                    "path": trace(state, 2, label, judgement.status, judgement.why)}
+            return {**update, "stack": stack, "memory": memory[:frame.mark], "judgements": judgements,
+                    "path": state.trace(2, label, judgement.status, judgement.why)}
         untested = None
-        if state.get("widened"):
-            judged = {j["label"] for j in state.get("judgements", [])}
+        if state.widened:
+            judged = {j.label for j in state.judgements}
             untested = {leaf.label for leaf in self.t.taxonomy.leaves(label)} - judged
-        ranked = rank_children(self.t.reasoner, self.t.taxonomy, load_summary(state), label, load_memory(merged),
-                               state.get("priors", {}), untested)
+        ranked = rank_children(self.t.reasoner, self.t.taxonomy, state.summarized(), label, merged.memory,
+                               state.priors, untested)
         kept = [c.label for c in ranked if c.keep]
         self.t.emit(RankEvent(node=label or "ROOT", ranked=ranked))
         detail = "; ".join(f"{c.label.rsplit('.', 1)[-1]} {c.score:.2f}{'' if c.keep else ' (pruned)'}"
                            for c in ranked)
-        path = trace(state, 2, label, "rank", detail)
+        path = state.trace(2, label, "rank", detail)
         if not kept:
             stack.pop()
-            path.append({"pipeline": 2, "node": label, "action": "early_stop", "detail": "no child is relevant"})
-            return {**update, "stack": stack, "memory": memory[:frame["mark"]], "path": path}
-        frame.update({"phase": "children", "children": kept, "next": 0})
+            path.append(Step(pipeline=2, node=label, action="early_stop", detail="no child is relevant"))
+            return {**update, "stack": stack, "memory": memory[:frame.mark], "path": path}
+        stack[-1] = frame.model_copy(update={"phase": "children", "children": kept, "next": 0})
         return {**update, "stack": stack, "memory": memory, "path": path}
 
-    def _next_child(self, state: DiagnosisState, stack: list[Frame], memory: list[dict[str, Any]],
-                    ) -> dict[str, Any]:
+    def _next_child(self, state: DiagnosisState, stack: list[Frame], memory: list[Observation]) -> dict[str, Any]:
         """Enter the frame's next kept child, or backtrack when none is left (its branch's memory is cleared)."""
         frame = stack[-1]
-        if frame["next"] >= len(frame["children"]):
+        if frame.next >= len(frame.children):
             stack.pop()
-            return {"stack": stack, "memory": memory[:frame["mark"]]}  # ClearMemory on backtrack
-        child = frame["children"][frame["next"]]
-        frame["next"] += 1
-        visited = list(state.get("visited", []))
-        if child in visited or any(f["label"] == child for f in stack):
+            return {"stack": stack, "memory": memory[:frame.mark]}  # ClearMemory on backtrack
+        child = frame.children[frame.next]
+        frame.next += 1
+        if child in state.visited or any(f.label == child for f in stack):
             # loop breaker: a node is entered at most once per pass of the walk
             self.t.emit(LoopEvent(node=child))
-            return {"stack": stack, "path": trace(state, 2, child, "loop", "already visited in this pass: skipped")}
-        stack.append({"label": child, "phase": "enter", "children": [], "next": 0, "mark": len(memory)})
+            return {"stack": stack, "path": state.trace(2, child, "loop", "already visited in this pass: skipped")}
+        stack.append(Frame(label=child, mark=len(memory)))
         self.t.emit(HypothesisEvent(node=child, depth=len(stack) - 1))
-        return {"stack": stack, "visited": [*visited, child], "path": trace(state, 2, child, "enter")}
+        return {"stack": stack, "visited": [*state.visited, child], "path": state.trace(2, child, "enter")}
 
     def widen(self, state: DiagnosisState) -> dict[str, Any]:
         """Node: the focused walk confirmed nothing: walk again visiting every branch with an untested leaf (passive
         checks are read-only and cached, so this costs only the checks not run yet)."""
         self.t.emit(WidenEvent())
-        return {"widened": True, "path": trace(state, 2, "", "widen", "nothing confirmed: every branch")}
+        return {"widened": True, "path": state.trace(2, "", "widen", "nothing confirmed: every branch")}
 
     def explore(self, state: DiagnosisState) -> dict[str, Any]:
         """Node, pipeline 3: hypotheses outside the taxonomy from the knowledge base, for the user to act on."""
-        summary = load_summary(state)
+        summary = state.summarized()
         passages = self.t.kb_query(summary.query, 4) if self.t.kb_query else []
-        hypotheses = self.t.reasoner.explore(summary, load_memory(state), passages, load_judgements(state))
-        dumped = [h.model_dump(mode="json") for h in hypotheses]
+        hypotheses = self.t.reasoner.explore(summary, state.memory, passages, state.judgements)
         self.t.emit(ExplorationEvent(hypotheses=hypotheses))
-        return {"exploration": dumped, "path": trace(state, 3, "", "explore", f"{len(dumped)} suggestions")}
+        return {"exploration": hypotheses, "path": state.trace(3, "", "explore", f"{len(hypotheses)} suggestions")}
 
 
-def observations(label: str, results: list[CheckResult]) -> list[dict[str, Any]]:
+def observations(label: str, results: list[CheckResult]) -> list[Observation]:
     """What the planner sees of a node's checks (its branch's memory)."""
-    return [Observation(node=label, result=r).model_dump(mode="json") for r in results]
+    return [Observation(node=label, result=r) for r in results]
 
 
 def similar_incidents(reasoner: Reasoner, summary: IncidentSummary, retrieve: Retrieve,

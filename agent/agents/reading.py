@@ -8,11 +8,8 @@ claimed rests on the same deterministic reading whatever model drives the walk."
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from agent.agents.context import AgentTools
-from agent.graph.state import load_summary
+from agent.graph.state import DiagnosisState
 from agent.incident import IncidentSummary
 from agent.reasoning.base import NodeInfo, PastIncident, Reasoner
 from agent.taxonomy import Taxonomy
@@ -26,19 +23,18 @@ class IncidentReading:
     def __init__(self, tools: AgentTools):
         self.t = tools
 
-    def ranks(self, state: Mapping[str, Any]) -> dict[str, int]:
+    def ranks(self, state: DiagnosisState) -> dict[str, int]:
         """Every leaf's rank (1 = likeliest)."""
-        similar = [PastIncident.model_validate(p) for p in state.get("similar", [])]
-        return reading(self.t.reader or self.t.reasoner, self.t.taxonomy, load_summary(state), similar)
+        return reading(self.t.reader or self.t.reasoner, self.t.taxonomy, state.summarized(), state.similar)
 
-    def likeliest(self, state: Mapping[str, Any]) -> list[str]:
+    def likeliest(self, state: DiagnosisState) -> list[str]:
         """The incident's FOLLOWED likeliest causes."""
         ranks = self.ranks(state)
         return sorted(ranks, key=ranks.__getitem__)[:FOLLOWED]
 
-    def unread(self, state: Mapping[str, Any]) -> list[str]:
+    def unread(self, state: DiagnosisState) -> list[str]:
         """The incident's likeliest causes that nothing judged yet."""
-        judged = {j["label"] for j in state.get("judgements", [])}
+        judged = {j.label for j in state.judgements}
         return [label for label in self.likeliest(state) if label not in judged]
 
 

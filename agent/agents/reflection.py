@@ -6,7 +6,6 @@ incident it runs the active checks their passive evidence let the walk skip and 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from agent.agents.conclusion import ConclusionAgent
@@ -16,7 +15,7 @@ from agent.agents.reading import IncidentReading, node_info
 from agent.events import JudgementEvent
 from agent.evidence import assess
 from agent.graph.guard import Guard
-from agent.graph.state import DiagnosisState, dump_judgements, load_judgements, load_results, load_summary, trace
+from agent.graph.state import DiagnosisState, Step
 from agent.incident import IncidentSummary
 from agent.models import CheckResult
 from agent.reasoning.base import LeafJudgement, Reasoner
@@ -32,31 +31,32 @@ class ReflectionAgent:
         self.reading = reading
         self.conclusion = conclusion
 
-    def judge(self, state: Mapping[str, Any], label: str, pipeline: int) -> LeafJudgement:
-        judgement = validate(self.t.reasoner, self.t.taxonomy, load_summary(state), label, load_results(state))
+    def judge(self, state: DiagnosisState, label: str, pipeline: int) -> LeafJudgement:
+        judgement = validate(self.t.reasoner, self.t.taxonomy, state.summarized(), label,
+                             list(state.results.values()))
         self.t.emit(JudgementEvent(pipeline=pipeline, **judgement.model_dump()))
         return judgement
 
-    def test(self, state: Mapping[str, Any], label: str, pipeline: int,
+    def test(self, state: DiagnosisState, label: str, pipeline: int,
              ) -> tuple[list[CheckResult], LeafJudgement, dict[str, Any]]:
         """Run a leaf's checks and judge it: (its results, its judgement, the state's update from the checks)."""
         results, update = self.execution.execute(state, label)
-        return results, self.judge({**state, **update}, label, pipeline), update
+        return results, self.judge(state.merged(update), label, pipeline), update
 
     def follow_reading(self, state: DiagnosisState) -> dict[str, Any]:
         """Node: what the walk confirmed does not explain this incident (old or unrelated problems the hosts carry):
         test the incident's likeliest causes the walk left untested before concluding."""
         update: dict[str, Any] = {"read_followed": True}
-        judgements = load_judgements(state)
-        path = trace(state, 2, "", "follow_reading", "what was confirmed does not explain the incident")
+        judgements = list(state.judgements)
+        path = state.trace(2, "", "follow_reading", "what was confirmed does not explain the incident")
         for label in self.reading.unread(state):
             if self.guard.stopped:
                 break
-            _, judgement, changes = self.test({**state, **update}, label, 2)
+            _, judgement, changes = self.test(state.merged(update), label, 2)
             update.update(changes)
             judgements = [j for j in judgements if j.label != label] + [judgement]
-            path.append({"pipeline": 2, "node": label, "action": judgement.status, "detail": judgement.why})
-        return {**update, "path": path, "judgements": dump_judgements(judgements)}
+            path.append(Step(pipeline=2, node=label, action=judgement.status, detail=judgement.why))
+        return {**update, "path": path, "judgements": judgements}
 
     def corroborate(self, state: DiagnosisState) -> dict[str, Any]:
         """Node: several confirmed leaves tie to the incident: run the active checks their passive evidence let us
@@ -67,8 +67,8 @@ class ReflectionAgent:
         if len(confirmed) < 2:
             return {}
         update: dict[str, Any] = {}
-        path = list(state.get("path", []))
-        pipeline = state.get("pipeline") or 2
+        path = list(state.path)
+        pipeline = state.pipeline or 2
         missing = self.execution.active_missing(state, [j.label for j in confirmed])
         if not any(missing.values()) or self.guard.stopped:
             return {}
@@ -82,17 +82,17 @@ class ReflectionAgent:
             if self.guard.stopped:
                 break
             if missing[judgement.label]:
-                _, changes = self.execution.execute({**state, **update}, judgement.label, costly_too=True)
+                _, changes = self.execution.execute(state.merged(update), judgement.label, costly_too=True)
                 update.update(changes)
-                path.append({"pipeline": pipeline, "node": judgement.label, "action": "corroborate",
-                             "detail": ", ".join(missing[judgement.label])})
+                path.append(Step(pipeline=pipeline, node=judgement.label, action="corroborate",
+                                 detail=", ".join(missing[judgement.label])))
         if not update:
             return {}
-        results = load_results({**state, **update})
-        fresh = {j.label: validate(self.t.reasoner, self.t.taxonomy, load_summary(state), j.label, results)
+        results = list(state.merged(update).results.values())
+        fresh = {j.label: validate(self.t.reasoner, self.t.taxonomy, state.summarized(), j.label, results)
                  for j in confirmed}
-        judgements = [fresh.get(j.label, j) for j in load_judgements(state)]
-        return {**update, "path": path, "judgements": dump_judgements(judgements)}
+        judgements = [fresh.get(j.label, j) for j in state.judgements]
+        return {**update, "path": path, "judgements": judgements}
 
 
 def validate(reasoner: Reasoner, taxonomy: Taxonomy, summary: IncidentSummary, label: str,

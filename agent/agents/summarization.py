@@ -9,7 +9,7 @@ from typing import Any
 
 from agent.agents.context import AgentTools
 from agent.events import PretriageEvent, SummaryEvent
-from agent.graph.state import DiagnosisState, load_summary, trace
+from agent.graph.state import DiagnosisState
 from agent.incident import Incident, IncidentSummary
 from agent.models import ToolResult
 from agent.reasoning.base import Reasoner
@@ -24,21 +24,19 @@ class SummarizationAgent:
 
     def summarize(self, state: DiagnosisState) -> dict[str, Any]:
         """Node: the incident's key lines, entities and retrieval query (again after the user's feedback)."""
-        incident = Incident.model_validate(state["incident"])
-        summary = summarize(self.t.reasoner, incident, state.get("feedback"))
+        summary = summarize(self.t.reasoner, state.incident, state.feedback)
         self.t.emit(SummaryEvent(**summary.model_dump(exclude={"text", "query"})))
-        return {"summary": summary.model_dump(mode="json")}
+        return {"summary": summary}
 
     def pretriage(self, state: DiagnosisState) -> dict[str, Any]:
         """Node: every pre-triage tool on the incident's attachments; a tool that fails is reported, never fatal."""
-        incident = Incident.model_validate(state["incident"])
-        found: list[dict[str, Any]] = []
+        found: list[ToolResult] = []
         priors: dict[str, float] = {}
         known = set(self.t.taxonomy.labels())
         for tool in self.t.pretriage:
             began = time.perf_counter()
             try:
-                result = tool(incident)
+                result = tool(state.incident)
             except Exception as exc:  # a tool's bug must not stop the diagnosis; the ticket shows it
                 result = ToolResult(tool=getattr(tool, "__name__", "tool"), status="error",
                                     reason=f"{type(exc).__name__}: {exc}"[:500])
@@ -46,32 +44,32 @@ class SummarizationAgent:
                 continue
             if not result.duration_s:
                 result.duration_s = round(time.perf_counter() - began, 3)
-            found.append(result.model_dump(mode="json"))
+            found.append(result)
             for label, score in result.priors.items():
                 if label in known:
                     priors[label] = max(priors.get(label, 0.0), score)
         update: dict[str, Any] = {"pretriage": found, "pretriage_priors": priors}
-        suspects = [h for r in found if r["status"] == "ok" for h in r["hosts"][:5]]
+        suspects = [h for r in found if r.status == "ok" for h in r.hosts[:5]]
         if suspects:  # the hosts the tools point at come first in the summary: check them first
-            summary = load_summary(state)
+            summary = state.summarized().model_copy(deep=True)
             summary.entities.hosts = list(dict.fromkeys([*suspects, *summary.entities.hosts]))
-            update["summary"] = summary.model_dump(mode="json")
+            update["summary"] = summary
         if found:
-            self.t.emit(PretriageEvent.model_validate({"results": found}))
+            self.t.emit(PretriageEvent(results=found))
         return update
 
     def feedback(self, state: DiagnosisState) -> dict[str, Any]:
         """Node: ask the user (a LangGraph interrupt) what else they see; an empty answer escalates."""
         from langgraph.types import interrupt
 
-        answer = interrupt({"kind": "feedback", "hypotheses": state.get("exploration", []),
+        answer = interrupt({"kind": "feedback", "hypotheses": [h.model_dump(mode="json") for h in state.exploration],
                             "question": FEEDBACK_QUESTION})
         text = str(answer or "").strip()
-        rounds = state.get("feedback_rounds", 0) + 1
+        rounds = state.feedback_rounds + 1
         if not text:
             return {"feedback_rounds": rounds}
-        return {"feedback": [*state.get("feedback", []), text], "feedback_rounds": rounds, "widened": False,
-                "path": trace(state, 3, "", "feedback", text[:200])}
+        return {"feedback": [*state.feedback, text], "feedback_rounds": rounds, "widened": False,
+                "path": state.trace(3, "", "feedback", text[:200])}
 
 
 def summarize(reasoner: Reasoner, incident: Incident, feedback: list[str] | None = None) -> IncidentSummary:

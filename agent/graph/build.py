@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.agents.conclusion import ConclusionAgent, nothing_checkable
+from agent.agents.conclusion import ConclusionAgent
 from agent.agents.context import AgentTools
 from agent.agents.execution import ExecutionAgent
 from agent.agents.planning import PlanningAgent
@@ -84,34 +84,34 @@ class DiagnosisGraph:
     # ---- routing ------------------------------------------------------------------------------------------
     @staticmethod
     def after_pretriage(state: DiagnosisState) -> str:
-        return "conclude" if nothing_checkable(state) or state.get("stopped") else "historical"
+        return "conclude" if not state.checkable_hosts() or state.stopped else "historical"
 
     @staticmethod
     def after_historical(state: DiagnosisState) -> str:
-        if state.get("stopped"):
+        if state.stopped:
             return "conclude"
-        return "corroborate" if state.get("pipeline") == 1 else "dfs_init"
+        return "corroborate" if state.pipeline == 1 else "dfs_init"
 
     def after_dfs(self, state: DiagnosisState) -> str:
-        if state.get("stopped"):
+        if state.stopped:
             return "conclude"
-        if state["stack"]:
+        if state.stack:
             return "dfs"
-        if any(j["status"] == "confirmed" for j in state.get("judgements", [])):
-            if not state.get("read_followed") and not self.conclusion.tied(state) and self.reading.unread(state):
+        if any(j.status == "confirmed" for j in state.judgements):
+            if not state.read_followed and not self.conclusion.tied(state) and self.reading.unread(state):
                 return "follow_reading"
             return "corroborate"
-        return "explore" if state.get("widened") else "widen"
+        return "explore" if state.widened else "widen"
 
     def after_explore(self, state: DiagnosisState) -> str:
-        if state.get("stopped"):
+        if state.stopped:
             return "conclude"
-        return "feedback" if state.get("feedback_rounds", 0) < self.t.max_feedback_rounds else "conclude"
+        return "feedback" if state.feedback_rounds < self.t.max_feedback_rounds else "conclude"
 
     @staticmethod
     def after_feedback(state: DiagnosisState) -> str:
-        fresh = len(state.get("feedback", [])) >= state.get("feedback_rounds", 0) > 0
-        return "summarize_again" if fresh and not state.get("stopped") else "conclude"
+        fresh = len(state.feedback) >= state.feedback_rounds > 0
+        return "summarize_again" if fresh and not state.stopped else "conclude"
 
     def build(self, checkpointer: Any = None) -> Any:
         """The compiled graph (a LangGraph CompiledStateGraph), checkpointed by `checkpointer`."""

@@ -11,17 +11,16 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
-from agent import inventory as inv
 from agent import limits as L
 from agent.agents.context import AgentTools
 from agent.audit import check_event
 from agent.events import StoppedEvent
-from agent.graph.state import DiagnosisState, incident_time, result_key
+from agent.graph.state import DiagnosisState, channels, incident_time, result_key
 from agent.models import CheckResult
 
 
 class Node(Protocol):
-    """A graph node: the state in, the keys it changes out (LangGraph calls it with `state=`)."""
+    """A graph node: the typed state in, the members it changes out (typed; the guard writes them as JSON)."""
 
     def __call__(self, state: DiagnosisState) -> dict[str, Any]: ...
 
@@ -52,34 +51,33 @@ class Guard:
 
     def wrap(self, name: str, node: Node) -> Node:
         def guarded(state: DiagnosisState) -> dict[str, Any]:
-            if state.get("stopped") and name != "conclude":
+            if state.stopped and name != "conclude":
                 return {}
-            self.spent, self.stop, self.label = L.add(state.get("spent", {})), None, name
+            self.spent, self.stop, self.label = L.add(state.spent), None, name
             self._adopt_inventory(state)
-            self.t.runner.judge_events_at(incident_time(state["incident"]))
-            self._checkpointed = set(state.get("results", {}))
+            self.t.runner.judge_events_at(incident_time(state.incident))
+            self._checkpointed = set(state.results)
             self._node_began, self._node_tokens = time.perf_counter(), self._tokens()
             update = node(state)
             spent = L.add(self.spent, wall_s=time.perf_counter() - self._node_began,
                           tokens=self._tokens() - self._node_tokens, steps=1)
             update = {**update, "spent": spent}
-            if name != "conclude" and not state.get("stopped"):
+            if name != "conclude" and not state.stopped:
                 stop = self.stop or self.t.limits.exceeded(spent)
                 if stop is not None:
                     update["stopped"] = stop
                     self.t.emit(StoppedEvent(node=name, **stop))
                     self.t.audit({"event": "stopped", "node": name, **stop, "spent": dict(spent)})
-            return update
+            return channels(update)
 
         return guarded
 
     def _adopt_inventory(self, state: DiagnosisState) -> None:
         """A resumed run's hosts are what its checkpoint says they are: the inventory is not taken again."""
         runner = self.t.runner
-        for host, saved in state.get("inventory", {}).items():
+        for host, saved in (state.inventory or {}).items():
             if host in runner.executors and host not in runner.expectations:
-                runner.adopt(inv.HostInventory.model_validate(saved["inventory"]),
-                             inv.Expectations.model_validate(saved["expectations"]))
+                runner.adopt(saved.inventory, saved.expectations)
 
     def halt(self, stop: L.Stop) -> None:
         if self.stop is None:

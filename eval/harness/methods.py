@@ -37,7 +37,7 @@ from agent.diagnosis import Diagnoser
 from agent.evidence import assess
 from agent.executors.hosts import executors_for
 from agent.graph.build import DiagnosisGraph
-from agent.graph.state import DiagnosisState, trace
+from agent.graph.state import DiagnosisState
 from agent.incident import IncidentSummary
 from agent.models import CheckResult
 from agent.options import DiagnoseOptions
@@ -137,7 +137,7 @@ class _NoExploration(planning.PlanningAgent):
     """TGD: when the taxonomy walk confirms nothing the incident is escalated at once (no pipeline 3)."""
 
     def explore(self, state: DiagnosisState) -> dict[str, Any]:
-        return {"exploration": [], "path": trace(state, 2, "", "escalate", "no exploration (TGD)")}
+        return {"exploration": [], "path": state.trace(2, "", "escalate", "no exploration (TGD)")}
 
 
 class AidAI:
