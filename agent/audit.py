@@ -1,10 +1,11 @@
 """The audit log of a run: append-only JSONL next to its checkpoint (`<runs_dir>/<run_id>.audit.jsonl`).
 
-One line per event, each with a UTC timestamp, the run id and a sequence number: the run's options (model, prompt
-version, limits), who approved or refused which active/intrusive check and how, every check executed (check id,
-host, tier, verdict, exit code, output hash, commands), every LLM call (task, model, prompt version, prompt hash,
-tokens), a limit that stopped the run, and the conclusion. A line is written with a single O_APPEND write and
-fsynced before the call returns, so a crash leaves at most one torn last line, which `read` reports and skips.
+One line per record (agent/audit_records.py: one typed record per kind), each with a UTC timestamp, the run id and a
+sequence number: the run's options (model, prompt version, limits), who approved or refused which active/intrusive
+check and how, every check executed (check id, host, tier, verdict, exit code, output hash, commands), every LLM call
+(task, model, prompt version, prompt hash, tokens), a limit that stopped the run, and the conclusion. A line is
+written with a single O_APPEND write and fsynced before the call returns, so a crash leaves at most one torn last
+line, which `read` reports and skips.
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from agent.models import CheckResult
+from agent.audit_records import Record
 
 Answer = Callable[[dict[str, Any]], Any]
 
@@ -32,14 +32,6 @@ def audit_path(runs_dir: Path, run_id: str) -> Path:
     if not run_id or "/" in run_id or "\\" in run_id or run_id.startswith("."):
         raise AuditError(f"invalid run id {run_id!r}")
     return runs_dir / f"{run_id}.audit.jsonl"
-
-
-def check_event(result: CheckResult, node: str | None, exit_code: int | None) -> dict[str, Any]:
-    """The audit line of a check that executed, the same wherever it ran (a diagnosis' node, verify, MCP)."""
-    return {"event": "check", "node": node, "check": result.check, "host": result.host, "tier": result.tier,
-            "executed": True, "verdict": result.verdict.value, "exit_code": exit_code,
-            "output_sha256": result.output_sha256, "duration_s": result.duration_s, "commands": result.cmds,
-            "summary": result.summary[:300]}
 
 
 def local_user() -> str:
@@ -65,14 +57,11 @@ class AuditLog:
         self._seq += 1
         return self._seq
 
-    def append(self, event: dict[str, Any]) -> None:
-        if event.get("event") == "approval" and "approved" in event and "decision" not in event:
-            # a refusal is recorded as what it is: the operator declined the check (or the policy did)
-            event = {**event, "decision": "approved" if event["approved"] else "declined"}
+    def append(self, record: Record) -> None:
         with self._lock:
-            record = {"ts": datetime.now(UTC).isoformat(timespec="milliseconds"), "run_id": self.run_id,
-                      "seq": self._next_seq(), **event}
-            line = (json.dumps(record, default=str, ensure_ascii=False) + "\n").encode("utf-8")
+            fields = {"ts": datetime.now(UTC).isoformat(timespec="milliseconds"), "run_id": self.run_id,
+                      "seq": self._next_seq(), **record.line()}
+            line = (json.dumps(fields, default=str, ensure_ascii=False) + "\n").encode("utf-8")
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
             try:

@@ -20,6 +20,7 @@ from typing import Any
 from agent import pretriage
 from agent.agents.context import AgentTools, Emit
 from agent.audit import AuditLog, audit_path, local_user
+from agent.audit_records import AuditRecord, EvidenceBundleRecord, ResumeRecord, RunRecord
 from agent.bundle import BundledCause, BundleInfo, Spool, confirming, write_bundle
 from agent.checkpoints import open_store
 from agent.checks.runner import CheckRunner
@@ -140,12 +141,13 @@ class Diagnoser:
         incident = save_files(incident, runs_dir(self.options) / f"{run_id}.attachments")
         if self.options.checkpoint:
             save_run(self.options, run_id, incident)
-        self._audit({"event": "run", "operator": self.operator, "hosts": list(self.runner.executors),
-                     "approval": self.options.approval, "reasoner": self.reasoner.name,
-                     "model": self.options.model if self.options.llm != "offline" else None,
-                     "prompt_version": PROMPT_VERSION, "limits": self.tools.limits.as_dict(),
-                     "redact_llm": self.options.redact_llm}
-                    | ({"slurm_jobs": [job.line() for job in incident.slurm_jobs]} if incident.slurm_jobs else {}))
+        self._audit(RunRecord(operator=self.operator, hosts=list(self.runner.executors),
+                              approval=self.options.approval, reasoner=self.reasoner.name,
+                              model=self.options.model if self.options.llm != "offline" else None,
+                              prompt_version=PROMPT_VERSION, limits=self.tools.limits.as_dict(),
+                              redact_llm=self.options.redact_llm,
+                              **({"slurm_jobs": [job.line() for job in incident.slurm_jobs]}
+                                 if incident.slurm_jobs else {})))
         return self._drive(initial_state(incident), run_id, answer)
 
     def _prefetch(self, incident: Incident) -> None:
@@ -170,8 +172,8 @@ class Diagnoser:
         # the step's tasks: continuing applies the saved writes (the step is not run again); it is not finished
         if not state.next and not state.tasks:
             return self._report(run_id, state.values, 0.0)
-        self._audit({"event": "resume", "operator": self.operator, "approval": self.options.approval,
-                     "limits": self.tools.limits.as_dict(), "waiting_for": (pending or {}).get("kind")})
+        self._audit(ResumeRecord(operator=self.operator, approval=self.options.approval,
+                                 limits=self.tools.limits.as_dict(), waiting_for=(pending or {}).get("kind")))
         if pending is not None:
             if answer is None:
                 raise RunNotFound(f"run {run_id!r} waits for an answer to: {pending.get('kind')}")
@@ -221,9 +223,9 @@ class Diagnoser:
             self.redactor.load(mapping_path(self.options, run_id))
         self.reasoner.redactor = self.redactor if self.options.redact_llm else None
 
-    def _audit(self, event: dict[str, Any]) -> None:
+    def _audit(self, record: AuditRecord) -> None:
         if self.audit is not None:
-            self.audit.append(event)
+            self.audit.append(record)
 
     def _preserve(self, results: list[CheckResult], inventory: dict[str, HostView],
                   causes: list[tuple[str, LeafJudgement]]) -> dict[str, Any] | None:
@@ -239,7 +241,7 @@ class Diagnoser:
         except Exception as exc:  # the diagnosis is worth more than its bundle: say why there is none, go on
             log.exception("run %s: no evidence bundle", self.run_id)
             info = BundleInfo(error=f"the evidence bundle could not be written: {type(exc).__name__}: {exc}")
-        self._audit({"event": "evidence_bundle", **info.model_dump(mode="json")})
+        self._audit(EvidenceBundleRecord(**info.model_dump()))
         return info.model_dump(mode="json")
 
     def _save_mapping(self, run_id: str) -> None:

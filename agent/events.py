@@ -151,17 +151,92 @@ Event = Annotated[
     | ConclusionEvent,
     Field(discriminator="type"),
 ]
-EVENT = TypeAdapter(Event)
 
 
-def wire(event: Event) -> dict[str, Any]:
+# ---- what the server adds to a run's stream (agent/server/runs.py) -------------------------------------------
+class _ServerEvent(_Event):
+    """Written with the fields it was given (an optional one only when there is one)."""
+
+
+class StatusEvent(_ServerEvent):
+    """The run's status as the store has it; `waiting_for` names the question it waits on."""
+
+    type: Literal["status"] = "status"
+    status: str
+    waiting_for: str | None
+    by: str | None = None  # who queued it
+    error: str | None = None  # why it failed
+
+
+class QuestionEvent(_ServerEvent):
+    """The run waits: an approval of active checks (with the server's advice per check), or the exploration's
+    question to the user."""
+
+    type: Literal["approval", "question"]
+    kind: str
+    node: str | None = None
+    purpose: str | None = None
+    checks: list[dict[str, Any]] | None = None
+    hypotheses: list[dict[str, Any]] | None = None
+    question: str | None = None
+
+
+class AnsweredEvent(_ServerEvent):
+    """An answer the store took: which checks were approved and declined, or the user's text."""
+
+    type: Literal["answered"] = "answered"
+    kind: str
+    by: str
+    node: str | None = None
+    checks: dict[str, Any] | None = None
+    decision: str | None = None
+    approved: list[str] | None = None
+    declined: list[str] | None = None
+    text: str | None = None
+
+
+class RecoveredEvent(_ServerEvent):
+    type: Literal["recovered"] = "recovered"
+    message: str
+
+
+class ErrorEvent(_ServerEvent):
+    type: Literal["error"] = "error"
+    message: str
+
+
+class DoneEvent(_ServerEvent):
+    """The run's report is stored: what it claimed."""
+
+    type: Literal["done"] = "done"
+    resolved: bool
+    pipeline: int
+    root_causes: list[str]
+    levels: dict[str, str]
+    suspected: list[str]
+
+
+ServerEvent = StatusEvent | QuestionEvent | AnsweredEvent | RecoveredEvent | ErrorEvent | DoneEvent
+# a run's stream, as the server stores it and the page reads it: the agents' events and the server's own
+RunEvent = Annotated[
+    SummaryEvent | InventoryEvent | PretriageEvent | HistoryEvent | HypothesisEvent | RankEvent | LoopEvent
+    | WidenEvent | ChecksEvent | ResultEvent | SkippedEvent | JudgementEvent | ExplorationEvent | StoppedEvent
+    | ConclusionEvent | ServerEvent,
+    Field(discriminator="type"),
+]
+RUN_EVENT = TypeAdapter(RunEvent)
+
+
+def wire(event: Event | ServerEvent) -> dict[str, Any]:
     """The event as JSON-able data (what the server stores and streams, and the page reads)."""
+    if isinstance(event, _ServerEvent):
+        return {"type": event.type, **event.model_dump(mode="json", exclude_unset=True, exclude={"type"})}
     data = event.model_dump(mode="json")
     if isinstance(event, ConclusionEvent):  # a conclusion names a stop or a bundle only when there is one
         data = {k: v for k, v in data.items() if k not in ("stopped", "evidence_bundle") or v is not None}
     return data
 
 
-def parse(data: dict[str, Any]) -> Event:
-    """An event back from its wire form (a stored run's events)."""
-    return EVENT.validate_python(data)
+def parse(data: dict[str, Any]) -> Event | ServerEvent:
+    """An event back from its wire form (a stored run's events; the time the server stamped is not the event's)."""
+    return RUN_EVENT.validate_python({k: v for k, v in data.items() if k != "ts"})

@@ -31,7 +31,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agent.audit import AuditLog, audit_path, check_event, local_user, read
+from agent.audit import AuditLog, audit_path, local_user, read
+from agent.audit_records import ApprovalRecord, Record, VerificationRecord, VerifyRecord, check_record
 from agent.bundle import MANIFEST, ConfirmingFinding, check_bundle, confirming, load_bundle
 from agent.checks.runner import CheckRunner
 from agent.events import ResultEvent
@@ -91,6 +92,12 @@ class Verification(BaseModel):
     @property
     def exit_code(self) -> int:
         return 0 if self.status == "cleared" else 1
+
+
+class StoredRound(Verification, Record):
+    """A round as the run's verification log keeps it (the raw excerpts left out)."""
+
+    event: Literal["verification"] = "verification"
 
 
 # ---- what to verify ----------------------------------------------------------------------------------------------
@@ -263,9 +270,9 @@ class Verifier:
                              params={"incident_at": now, "events_since": since.timestamp()},
                              max_parallel_hosts=self.options.max_parallel_hosts)
         runner.listeners.append(lambda result: self._ran(result, runner.exit_codes.get((result.host, result.check))))
-        self.audit.append({"event": "verify", "operator": self.operator, "since": since.isoformat(),
-                           "since_from": since_from, "checks": checks, "hosts": sorted(runner.executors),
-                           "approval": "all" if self.approve_active else "none", "bundle": bundle.get("status")})
+        self.audit.append(VerifyRecord(operator=self.operator, since=since.isoformat(), since_from=since_from,
+                                       checks=checks, hosts=sorted(runner.executors),
+                                       approval="all" if self.approve_active else "none", bundle=bundle.get("status")))
         fresh: dict[tuple[str, str], CheckResult] = {}
         batches: dict[tuple[str, ...], list[str]] = {}  # the checks that ran on the same hosts go in one batch
         for check in checks:
@@ -306,21 +313,22 @@ class Verifier:
     def _approval(self, runner: CheckRunner, check: str) -> None:
         spec = runner.manifest.get(check)
         if spec.needs_approval:
-            self.audit.append({"event": "approval", "node": "verify", "check": check, "tier": spec.tier,
-                               "approved": self.approve_active, "by": self.operator,
-                               "via": "--approve-active" if self.approve_active else "policy none"})
+            self.audit.append(ApprovalRecord(node="verify", check=check, tier=spec.tier, approved=self.approve_active,
+                                             by=self.operator,
+                                             via="--approve-active" if self.approve_active else "policy none"))
 
     def _ran(self, result: CheckResult, exit_code: int | None) -> None:
-        self.audit.append(check_event(result, "verify", exit_code))
+        self.audit.append(check_record(result, "verify", exit_code))
 
     def _save(self, round_: Verification) -> None:
         stored = round_.model_dump(mode="json")
         for cause in stored["causes"]:  # the ticket shows summaries and findings; the excerpts stay out
             for check in cause["checks"]:
                 check["result"]["raw_excerpt"] = ""
-        AuditLog(verify_path(self.runs, self.run_id), self.run_id).append({"event": "verification", **stored})
-        self.audit.append({"event": "verification", "status": round_.status, "by": round_.by, "since": round_.since,
-                           "causes": {c.label: c.status for c in round_.causes}, "bundle": round_.bundle.get("status")})
+        AuditLog(verify_path(self.runs, self.run_id), self.run_id).append(StoredRound(**stored))
+        self.audit.append(VerificationRecord(status=round_.status, by=round_.by, since=round_.since,
+                                             causes={c.label: c.status for c in round_.causes},
+                                             bundle=round_.bundle.get("status")))
 
 
 def window_note(since: datetime, now: float, runner: CheckRunner, checks: list[str]) -> str:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from agent.audit import AuditLog
+from agent.audit_records import CheckRecord
 from agent.redact import Redactor
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,7 +39,8 @@ def measure() -> list[list[str]]:
         log = AuditLog(Path(tmp) / "run.audit.jsonl", "run")
         began = time.perf_counter()
         for i in range(APPENDS):
-            log.append({"event": "check", "check": "xid_scan", "host": "node-1", "i": i})
+            log.append(CheckRecord(node="GPU", check="xid_scan", host="node-1", tier="passive", verdict="PASS",
+                                   exit_code=0, output_sha256="0" * 64, duration_s=0.1, commands=[], summary=f"{i}"))
         append_ms = (time.perf_counter() - began) / APPENDS * 1000
     mb = len(text) / 1e6
     return [[f"redact a {mb:.2f} MB realistic log", f"{redact_s:.2f} s ({mb / redact_s:.2f} MB/s), "

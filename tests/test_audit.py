@@ -13,6 +13,7 @@ from typing import Any
 from typer.testing import CliRunner
 
 from agent.audit import AuditLog, audit_path, local_user, read, signed
+from agent.audit_records import ApprovalRecord, CheckRecord, ExportRecord, RunRecord, StoppedRecord
 from agent.cli.audit_cmd import app
 from agent.diagnosis import Diagnoser
 from agent.incident import Incident
@@ -85,12 +86,12 @@ def test_a_run_logs_who_approved_what_and_every_check_it_executed(tmp_path: Path
 def test_audit_show_renders_a_table_or_json_and_reports_a_torn_last_line(tmp_path: Path) -> None:
     path = audit_path(tmp_path / "runs", "r1")
     log = AuditLog(path, "r1")
-    log.append({"event": "run", "operator": "alice", "hosts": ["gpu-a17"], "approval": "ask", "reasoner": "openai",
-                "model": "gpt-x", "prompt_version": PROMPT_VERSION, "limits": {"max_checks": 5}})
-    log.append({"event": "approval", "node": "GPU", "check": "dcgm_diag", "tier": "active", "approved": True,
-                "by": "alice", "via": "operator"})
-    log.append({"event": "check", "node": "GPU", "check": "dcgm_diag", "host": "gpu-a17", "tier": "active",
-                "executed": True, "verdict": "FAIL", "exit_code": 0, "output_sha256": "ab" * 32, "duration_s": 1.5})
+    log.append(RunRecord(operator="alice", hosts=["gpu-a17"], approval="ask", reasoner="openai", model="gpt-x",
+                         prompt_version=PROMPT_VERSION, limits={"max_checks": 5}))
+    log.append(ApprovalRecord(node="GPU", check="dcgm_diag", tier="active", approved=True, by="alice", via="operator"))
+    log.append(CheckRecord(node="GPU", check="dcgm_diag", host="gpu-a17", tier="active", executed=True,
+                           verdict="FAIL", exit_code=0, output_sha256="ab" * 32, duration_s=1.5, commands=[],
+                           summary=""))
     with path.open("ab") as handle:  # a crash in the middle of a write
         handle.write(b'{"ts": "2026-11-23T10:00:00Z", "event": "llm", "tas')
 
@@ -104,7 +105,7 @@ def test_audit_show_renders_a_table_or_json_and_reports_a_torn_last_line(tmp_pat
     as_json = runner.invoke(app, ["show", "r1", "--json", "--data-dir", str(tmp_path)])
     events = json.loads(as_json.stdout)
     assert [e["event"] for e in events] == ["run", "approval", "check"] and events[2]["exit_code"] == 0
-    log.append({"event": "stopped", "limit": "max_checks", "message": "check limit reached"})
+    log.append(StoppedRecord(node="dfs", limit="max_checks", message="check limit reached", spent={}))
     assert read(path)[0][-1]["seq"] == 4  # numbering goes on after the torn line
 
     for bad in ("nope", "../r1"):
@@ -114,8 +115,10 @@ def test_audit_show_renders_a_table_or_json_and_reports_a_torn_last_line(tmp_pat
 
 def test_appends_from_many_threads_are_whole_lines(tmp_path: Path) -> None:
     log = AuditLog(tmp_path / "a.audit.jsonl", "r")
-    threads = [threading.Thread(target=lambda n=n: [log.append({"event": "check", "n": n, "i": i, "pad": "x" * 500})
-                                                    for i in range(25)]) for n in range(8)]
+    def record(n: int, i: int) -> ExportRecord:
+        return ExportRecord(by=f"thread {n}", target=f"ticket {i}", result="written", detail="x" * 500)
+
+    threads = [threading.Thread(target=lambda n=n: [log.append(record(n, i)) for i in range(25)]) for n in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:

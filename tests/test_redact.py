@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.audit_records import LlmFallbackRecord, LlmRecord
 from agent.redact import RedactionMappingError, Redactor
 from eval.bench_redact import EVIDENCE_LINES, cases, real_logs, sensitive_values, survives
 
@@ -122,7 +123,7 @@ def test_the_llm_receives_only_placeholders_and_the_local_summary_gets_the_real_
         redactor = Redactor(hostnames=["trainer7"], usernames=["alice"])
         reasoner = OpenAIReasoner(OfflineReasoner(load_taxonomy()), "stub-model", stub.base_url, api_key="x")
         reasoner.redactor = redactor
-        calls: list[dict[str, object]] = []
+        calls: list[LlmRecord | LlmFallbackRecord] = []
         reasoner.on_call = calls.append
 
         def answer(request: dict[str, object]) -> str:  # the model repeats what it was shown: placeholders
@@ -140,7 +141,9 @@ def test_the_llm_receives_only_placeholders_and_the_local_summary_gets_the_real_
     assert "<path-1>" in sent and "mlx5_0" in sent
     assert summary.key_lines == [line] and "gpu-a17" in summary.entities.hosts  # restored, then grounded
     assert reasoner.usage.fallbacks == 0
-    assert calls[0]["redacted"] is True and calls[0]["model"] == "stub-model" and calls[0]["prompt_version"]
+    first = calls[0]
+    assert isinstance(first, LlmRecord) and first.redacted is True and first.model == "stub-model"
+    assert first.prompt_version
 
 
 # ---- the public secret corpus, structured evidence, real logs ---------------------------------------------------

@@ -18,6 +18,7 @@ import httpx
 import pytest
 import uvicorn
 
+from agent.events import parse
 from agent.paths import KNOWLEDGE_DIR
 from agent.server.app import create_app, server_dir
 from agent.server.client import Client
@@ -111,6 +112,8 @@ def test_run_streams_events_and_gives_report_and_ticket(config: ServerConfig, ec
         confirmed = [e.data["label"] for e in events if e.type == "judgement" and e.data["status"] == "confirmed"]
         assert ECC in confirmed
         assert events[-1].data == {"status": "done"}
+        # every event of the stream is one of the typed events (the agents' and the server's own)
+        assert [parse(e.data).type for e in events[:-1]] == types[:-1]
 
         run = client.run(run_id)
         assert run["status"] == "done" and run["pending"] is None

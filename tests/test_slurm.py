@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agent.audit import AuditLog, audit_path, read
+from agent.audit_records import RunRecord
 from agent.checks.manifest import load_manifest
 from agent.checks.runner import CheckRunner
 from agent.cli.main import app
@@ -232,7 +233,7 @@ def test_resume_tells_whose_drain_it_was(slurm: SlurmCluster, tmp_path: Path) ->
 
 def test_drain_in_a_runs_audit_log_and_bad_input(slurm: SlurmCluster, tmp_path: Path) -> None:
     data = tmp_path / "data"
-    AuditLog(audit_path(data / "runs", "run-1"), "run-1").append({"event": "run"})
+    AuditLog(audit_path(data / "runs", "run-1"), "run-1").append(RunRecord(operator="alice", hosts=[], approval="none"))
     done = aidai("drain", "node2", "--reason", "Xid 48", "--yes", "--run", "run-1", data=data)
     assert done.exit_code == 0, done.output
     assert "Reason=aidai: Xid 48 (run run-1) [" in slurm.node_line("node2")

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from agent.audit_records import LlmFallbackRecord, LlmRecord
 from agent.reasoning.openai_reasoner import OpenAIReasoner
 from agent.reasoning.structured import ENDPOINTS, FORMS, EndpointForms, json_object_in, refuses_form
 from tests.openai_stub import REFUSALS, OpenAIStub
@@ -168,16 +169,17 @@ def test_budget_fallbacks_have_their_own_cause(stub: OpenAIStub) -> None:
 
 def test_audit_records_name_the_form_and_each_fallback_its_cause(stub: OpenAIStub) -> None:
     stub.refuse("json_schema", *REFUSALS["llama-cpp-python"])
-    records: list[dict[str, Any]] = []
+    records: list[LlmRecord | LlmFallbackRecord] = []
     r = reasoner(stub)
     r.on_call = records.append
     rank(r)
     r.token_budget = 0
     rank(r)
-    assert [(e["event"], e.get("format"), "error" in e) for e in records] == [
+    lines = [record.line() for record in records]
+    assert [(e["event"], e.get("format"), "error" in e) for e in lines] == [
         ("llm", "json_schema", True), ("llm", "tools", False), ("llm_fallback", None, False)]
-    assert records[-1]["cause"] == "budget" and records[-1]["answered_by"] == "fake"
-    assert "Input should be 'text' or 'json_object'" in records[0]["error"]
+    assert lines[-1]["cause"] == "budget" and lines[-1]["answered_by"] == "fake"
+    assert "Input should be 'text' or 'json_object'" in lines[0]["error"]
 
 
 # -- the pieces ---------------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from agent import limits as L
 from agent.agents.attribution import Attribution, Suspected, attribute
 from agent.agents.context import AgentTools
 from agent.agents.reading import IncidentReading
+from agent.audit_records import ConclusionRecord
 from agent.events import ConclusionEvent
 from agent.graph.state import Conclusion, DiagnosisState
 from agent.incident import IncidentSummary
@@ -71,7 +72,7 @@ class ConclusionAgent:
         if causes and self.t.preserve is not None:  # before anyone reads the conclusion and acts on it
             out.evidence_bundle = self.t.preserve(results, state.inventory or {}, causes)
         self.t.emit(ConclusionEvent(**dict(out)))
-        self.t.audit({**audit_event(out), "spent": dict(state.spent)})
+        self.t.audit(audit_record(out, state.spent))
         return {"conclusion": out, "pipeline": pipeline}
 
 
@@ -134,15 +135,15 @@ def result(found: Attribution, suspected: list[Suspected], text: str, pipeline: 
                       claims=found.claims, suspected=suspected, explanation=text, stopped=stopped or None)
 
 
-def audit_event(result: Conclusion) -> dict[str, Any]:
-    """The audit log's line for a conclusion: what was claimed, at which level, and what else was found."""
+def audit_record(result: Conclusion, spent: L.Spent) -> ConclusionRecord:
+    """The audit log's record of a conclusion: what was claimed, at which level, and what else was found."""
     def labels(items: list[LeafJudgement] | list[Suspected]) -> list[str]:
         return [j.label for j in items]
 
-    return {"event": "conclusion", "resolved": result.resolved, "pipeline": result.pipeline,
-            "root_causes": labels(result.root_causes), "levels": result.levels, "follows": labels(result.follows),
-            "also_found": labels(result.also_found), "suspected": labels(result.suspected),
-            "stopped": dict(result.stopped) if result.stopped else None}
+    return ConclusionRecord(resolved=result.resolved, pipeline=result.pipeline, root_causes=labels(result.root_causes),
+                            levels=result.levels, follows=labels(result.follows), also_found=labels(result.also_found),
+                            suspected=labels(result.suspected),
+                            stopped=dict(result.stopped) if result.stopped else None, spent=dict(spent))
 
 
 def cannot_check_explanation(state: DiagnosisState) -> str:

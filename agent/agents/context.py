@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agent import limits as L
+from agent.audit_records import AuditRecord
 from agent.checks.runner import CheckRunner
 from agent.events import Event
 from agent.incident import Incident
@@ -18,7 +19,7 @@ from agent.reasoning.base import KBPassage, LeafJudgement, PastIncident, Reasone
 from agent.taxonomy import Taxonomy
 
 Emit = Callable[[Event], None]  # to whoever watches the run (agent/events.py)
-Audit = Callable[[dict[str, Any]], None]  # the run's append-only audit log (agent/audit.py)
+Audit = Callable[[AuditRecord], None]  # the run's append-only audit log (agent/audit.py)
 Approval = Literal["all", "none", "ask"]
 PreTriage = Callable[[Incident], ToolResult | None]  # None: nothing for this tool in the incident
 Retrieve = Callable[[str, int], list[PastIncident]]

@@ -13,8 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from agent.agents.context import AgentTools
+from agent.audit_records import ApprovalRecord, InventoryRecord
 from agent.checks.runner import CheckRunner
-from agent.events import ChecksEvent, InventoryEvent, ResultEvent, SkippedEvent, wire
+from agent.events import ChecksEvent, InventoryEvent, ResultEvent, SkippedEvent
 from agent.evidence import assess
 from agent.graph.guard import Guard
 from agent.graph.state import DiagnosisState, in_state, result_key
@@ -36,8 +37,8 @@ class ExecutionAgent:
         taken = runner.take_inventory()
         event = InventoryEvent(hosts=list(taken.values()))
         self.t.emit(event)
-        for host in wire(event)["hosts"]:
-            self.t.audit({"event": "inventory", **host})
+        for host in taken.values():
+            self.t.audit(InventoryRecord(**host.model_dump(exclude={"values"})))
         return {"inventory": {host: HostView(inventory=runner.inventories[host], expectations=e)
                               for host, e in taken.items()}}
 
@@ -105,8 +106,8 @@ class ExecutionAgent:
             approvals.update({c: policy == "all" for c in undecided})
         for check in undecided:
             approvers[check] = who
-            self.t.audit({"event": "approval", "node": node, "check": check, "tier": manifest.get(check).tier,
-                          "approved": approvals[check], "by": who, "via": via})
+            self.t.audit(ApprovalRecord(node=node, check=check, tier=manifest.get(check).tier,
+                                        approved=approvals[check], by=who, via=via))
         return approvals, approvers
 
 

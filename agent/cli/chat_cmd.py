@@ -114,6 +114,7 @@ def write_ticket(report: Report, options: DiagnoseOptions, path: Path, console: 
     """The ticket in Markdown and JSON, worded for a chat user (what they can do is answer the chat's questions,
     not pass CLI flags); the export is in the run's audit log."""
     from agent.audit import AuditLog, audit_path, local_user
+    from agent.audit_records import ExportRecord
     from agent.runs import run_ticket, runs_dir
     from agent.ticket import write_formats
     from agent.ticket_export import digest
@@ -122,6 +123,6 @@ def write_ticket(report: Report, options: DiagnoseOptions, path: Path, console: 
     if options.checkpoint:
         audit = AuditLog(audit_path(runs_dir(options), report.run_id), report.run_id)
         for target in written:
-            audit.append({"event": "export", "by": options.operator or local_user(), "target": str(target),
-                          "result": "written", "detail": f"sha256 {digest(target)[:16]}"})
+            audit.append(ExportRecord(by=options.operator or local_user(), target=str(target), result="written",
+                                      detail=f"sha256 {digest(target)[:16]}"))
     console.print(f"ticket written: {escape(' and '.join(map(str, written)))}", highlight=False)

@@ -205,6 +205,7 @@ class TicketExport:
         """Files first, then the webhook: a receiver that fails loses nothing (the ticket is on disk and the
         error says where)."""
         from agent.audit import AuditLog, audit_path, local_user
+        from agent.audit_records import ExportRecord
         from agent.runs import run_ticket, runs_dir
         from agent.ticket import write_formats
         from agent.ticket_export import ExportError, digest, post, public_url, render_body
@@ -217,8 +218,8 @@ class TicketExport:
                                 self.formats if self.path is not None else ("json",))
         for path in written:
             if audit:
-                audit.append({"event": "export", "by": who, "target": str(path), "result": "written",
-                              "detail": f"sha256 {digest(path)[:16]}"})
+                audit.append(ExportRecord(by=who, target=str(path), result="written",
+                                          detail=f"sha256 {digest(path)[:16]}"))
         if self.path is not None:
             console.print(f"ticket written: {escape(' and '.join(map(str, written)))}", highlight=False)
         if self.webhook is None:
@@ -227,12 +228,11 @@ class TicketExport:
             status = post(self.webhook, render_body(self.template, data))
         except ExportError as exc:
             if audit:
-                audit.append({"event": "export", "by": who, "target": public_url(self.webhook), "result": "failed",
-                              "detail": str(exc)})
+                audit.append(ExportRecord(by=who, target=public_url(self.webhook), result="failed", detail=str(exc)))
             raise ExportError(f"{exc}; the ticket is saved in {', '.join(map(str, written))}") from None
         if audit:
-            audit.append({"event": "export", "by": who, "target": public_url(self.webhook), "result": status,
-                          "detail": "webhook POST" + (" (template)" if self.template is not None else "")})
+            audit.append(ExportRecord(by=who, target=public_url(self.webhook), result=status,
+                                      detail="webhook POST" + (" (template)" if self.template is not None else "")))
         console.print(f"ticket posted to {escape(public_url(self.webhook))} (HTTP {status})", highlight=False)
 
 

@@ -101,6 +101,7 @@ def write_run_ticket(verifier: Verifier, export: TicketExport, console: Console)
     """The run's ticket again, now with its "Verification after fix" section: in the data dir always, and where
     --ticket / --webhook say."""
     from agent.audit import AuditLog, audit_path
+    from agent.audit_records import ExportRecord
     from agent.report import build_report
     from agent.runs import run_ticket, runs_dir
     from agent.ticket import write_formats
@@ -112,8 +113,8 @@ def write_run_ticket(verifier: Verifier, export: TicketExport, console: Console)
     written = write_formats(run_ticket(report, options), runs / f"{verifier.run_id}.ticket", ("md", "json"))
     audit = AuditLog(audit_path(runs, verifier.run_id), verifier.run_id)
     for path in written:
-        audit.append({"event": "export", "by": verifier.operator, "target": str(path), "result": "written",
-                      "detail": f"sha256 {digest(path)[:16]}, with the verification"})
+        audit.append(ExportRecord(by=verifier.operator, target=str(path), result="written",
+                                  detail=f"sha256 {digest(path)[:16]}, with the verification"))
     console.print(f"ticket updated: {escape(' and '.join(map(str, written)))}", highlight=False)
     if export.wanted:
         export.run(report, options, console)

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from agent import limits as L
 from agent.agents.context import AgentTools
-from agent.audit import check_event
+from agent.audit_records import StoppedRecord, check_record
 from agent.events import StoppedEvent
 from agent.graph.state import DiagnosisState, channels, incident_time, result_key
 from agent.models import CheckResult
@@ -67,7 +67,7 @@ class Guard:
                 if stop is not None:
                     update["stopped"] = stop
                     self.t.emit(StoppedEvent(node=name, **stop))
-                    self.t.audit({"event": "stopped", "node": name, **stop, "spent": dict(spent)})
+                    self.t.audit(StoppedRecord(node=name, **stop, spent=dict(spent)))
             return channels(update)
 
         return guarded
@@ -112,4 +112,4 @@ class Guard:
         """A check executed: count it against the limits and write it to the audit log."""
         self.spent = L.add(self.spent, checks=1)
         self._ran_here.add(result_key(result))
-        self.t.audit(check_event(result, self.label, self.t.runner.exit_codes.get((result.host, result.check))))
+        self.t.audit(check_record(result, self.label, self.t.runner.exit_codes.get((result.host, result.check))))

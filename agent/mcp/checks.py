@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.audit import AuditLog, audit_path, check_event
+from agent.audit import AuditLog, audit_path
+from agent.audit_records import ApprovalRecord, RunRecord, check_record
 from agent.checks.manifest import CheckSpec, Manifest, load_manifest
 from agent.checks.runner import CheckRunner
 from agent.executors.hosts import executors_for
@@ -57,16 +58,16 @@ def run_checks(config: ServerConfig, hosts: list[str], specs: list[CheckSpec], w
     batch = new_run_id()
     audit = AuditLog(audit_path(runs_dir(DiagnoseOptions(data_dir=config.data_dir)), batch), batch)
     costly = [s for s in specs if s.needs_approval]
-    audit({"event": "run", "operator": who.name, "hosts": hosts, "approval": "operator" if costly else "none",
-           "via": VIA, "checks": [s.id for s in specs]})
+    audit(RunRecord(operator=who.name, hosts=hosts, approval="operator" if costly else "none", via=VIA,
+                    checks=[s.id for s in specs]))
     for spec in costly:  # admitted() let them through: the caller is an operator who approved them in the call
-        audit({"event": "approval", "node": None, "check": spec.id, "tier": spec.tier, "approved": True,
-               "by": who.name, "via": f"operator ({VIA})"})
+        audit(ApprovalRecord(node=None, check=spec.id, tier=spec.tier, approved=True, by=who.name,
+                             via=f"operator ({VIA})"))
     executors = executors_for(hosts)
     runner = CheckRunner(executors, approve=bool(costly), manifest=load_manifest())
 
     def executed(result: CheckResult) -> None:
-        audit(check_event(result, None, runner.exit_codes.get((result.host, result.check))))
+        audit(check_record(result, None, runner.exit_codes.get((result.host, result.check))))
 
     runner.listeners.append(executed)
     try:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+from agent.audit_records import LlmFallbackRecord, LlmRecord
 from agent.incident import Incident, IncidentSummary
 from agent.models import CheckResult
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from agent.redact import Redactor
 
 LeafStatus = Literal["confirmed", "rejected", "inconclusive"]
+OnCall = Callable[[LlmRecord | LlmFallbackRecord], None]  # each request to a model, for the run's audit log
 EvidenceStrength = Literal["strong", "weak", "none", "unknown"]
 
 
@@ -123,7 +125,7 @@ class Reasoner(Protocol):
     name: str
     usage: Usage
     token_budget: int | None
-    on_call: Callable[[dict[str, Any]], None] | None
+    on_call: OnCall | None
     redactor: Redactor | None
 
     def summarize(self, incident: Incident) -> IncidentSummary:

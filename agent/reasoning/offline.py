@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +24,7 @@ from agent.reasoning.base import (
     LeafJudgement,
     NodeInfo,
     Observation,
+    OnCall,
     PastIncident,
     Usage,
 )
@@ -74,7 +75,7 @@ class OfflineReasoner:
         self.usage = Usage()
         # the Reasoner protocol's run settings: nothing here calls a model or sends a prompt anywhere
         self.token_budget: int | None = None
-        self.on_call: Callable[[dict[str, Any]], None] | None = None
+        self.on_call: OnCall | None = None
         self.redactor: Redactor | None = None
         self._node_vectors: dict[str, np.ndarray] = {}
         self._query_vectors: dict[str, np.ndarray] = {}

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import openai
 
+from agent.audit_records import LlmFallbackRecord
 from agent.incident import Entities, Incident, IncidentSummary
 from agent.models import CheckResult, Verdict
 from agent.reasoning import prompts as P
@@ -35,6 +36,7 @@ from agent.reasoning.base import (
     LeafJudgement,
     NodeInfo,
     Observation,
+    OnCall,
     PastIncident,
     Reasoner,
     Usage,
@@ -94,14 +96,14 @@ class OpenAIReasoner:
         self.chat = StructuredChat(self.client, model, base_url, self.usage, forms=forms, timeout_s=timeout_s)
         self.redactor: Redactor | None = None
         self.token_budget: int | None = None
-        self._on_call: Callable[[dict[str, Any]], None] | None = None
+        self._on_call: OnCall | None = None
 
     @property
-    def on_call(self) -> Callable[[dict[str, Any]], None] | None:
+    def on_call(self) -> OnCall | None:
         return self._on_call
 
     @on_call.setter
-    def on_call(self, hook: Callable[[dict[str, Any]], None] | None) -> None:
+    def on_call(self, hook: OnCall | None) -> None:
         self._on_call = hook
         self.chat.on_call = hook
 
@@ -120,8 +122,7 @@ class OpenAIReasoner:
         answered_by = getattr(self.fallback, "name", "fallback")
         log.info("openai reasoner %s: answered by the %s reasoner (%s)", task, answered_by, cause)
         if self._on_call is not None:
-            self._on_call({"event": "llm_fallback", "task": task, "model": self.model, "cause": cause,
-                           "answered_by": answered_by})
+            self._on_call(LlmFallbackRecord(task=task, model=self.model, cause=cause, answered_by=answered_by))
         return method(*args)
 
     def _ask(self, task: str, user: Callable[[dict[str, Any] | None], str], schema: dict[str, Any],
@@ -141,7 +142,7 @@ class OpenAIReasoner:
         def checked(answer: Any) -> T:
             return check(self.redactor.restore_data(answer) if self.redactor is not None else answer)
 
-        record = {"event": "llm", "prompt_version": P.PROMPT_VERSION, "redacted": self.redactor is not None}
+        record = {"prompt_version": P.PROMPT_VERSION, "redacted": self.redactor is not None}
         outcome = self.chat.ask(task, messages, schema, MAX_TOKENS[task], checked, record)
         return outcome.value, outcome.cause or "model"
 

@@ -37,6 +37,7 @@ import jsonschema
 import openai
 from openai.types.chat import ChatCompletion
 
+from agent.audit_records import LlmRecord
 from agent.reasoning.base import Usage
 
 log = logging.getLogger(__name__)
@@ -237,7 +238,7 @@ class StructuredChat:
         self.forms = forms if forms is not None else ENDPOINTS
         self.timeout_s = timeout_s
         self.name = name
-        self.on_call: Callable[[dict[str, Any]], None] | None = None
+        self.on_call: Callable[[LlmRecord], None] | None = None
         self._max_key = "max_tokens"
         self._temperature: float | None = 0.0
         self._failures = 0
@@ -319,19 +320,19 @@ class StructuredChat:
         if self._temperature is not None:
             kwargs["temperature"] = self._temperature
         self.usage.calls += 1
-        record = {**record, "task": task, "model": self.model, "format": form,
-                  "prompt_sha256": hashlib.sha256(str(messages[-1]["content"]).encode()).hexdigest()}
+        request = {**record, "task": task, "model": self.model, "format": form,
+                   "prompt_sha256": hashlib.sha256(str(messages[-1]["content"]).encode()).hexdigest()}
         try:
             response: ChatCompletion = self.client.chat.completions.create(**kwargs)
         except openai.OpenAIError as exc:
-            self._record({**record, "error": f"{type(exc).__name__}: {str(exc)[:200]}"})
+            self._record(LlmRecord(**request, error=f"{type(exc).__name__}: {str(exc)[:200]}"))
             raise
         usage = response.usage
-        self._record({**record, "prompt_tokens": usage.prompt_tokens if usage else None,
-                      "completion_tokens": usage.completion_tokens if usage else None})
+        self._record(LlmRecord(**request, prompt_tokens=usage.prompt_tokens if usage else None,
+                               completion_tokens=usage.completion_tokens if usage else None))
         return response
 
-    def _record(self, record: dict[str, Any]) -> None:
+    def _record(self, record: LlmRecord) -> None:
         if self.on_call is not None:
             self.on_call(record)
 

@@ -17,9 +17,20 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from typing import Any
 
+from agent.audit_records import ApprovalRecord, AuditRecord
 from agent.checks.manifest import Manifest
 from agent.diagnosis import Diagnoser, Retrieval
-from agent.events import wire
+from agent.events import (
+    AnsweredEvent,
+    DoneEvent,
+    ErrorEvent,
+    Event,
+    QuestionEvent,
+    RecoveredEvent,
+    ServerEvent,
+    StatusEvent,
+    wire,
+)
 from agent.incident import Incident
 from agent.models import CheckResult, Verdict
 from agent.options import DiagnoseOptions
@@ -183,10 +194,9 @@ VOLATILE = {"ts", "cached", "duration_s", "summary", "why", "confidence", "evide
 
 def status_event(run: dict[str, Any]) -> dict[str, Any]:
     pending = run.get("pending") or {}
-    event = {"type": "status", "status": run["status"], "waiting_for": pending.get("kind") if pending else None}
-    if run.get("error"):
-        event["error"] = run["error"]
-    return event
+    event = StatusEvent(status=run["status"], waiting_for=pending.get("kind") if pending else None,
+                        **({"error": run["error"]} if run.get("error") else {}))
+    return wire(event)
 
 
 def replay_key(event: dict[str, Any]) -> str:
@@ -222,10 +232,10 @@ class Replay:
             return
         audit = diagnoser.tools.audit
 
-        def audited(event: dict[str, Any]) -> None:
-            if event.get("event") == "approval":
+        def audited(record: AuditRecord) -> None:
+            if isinstance(record, ApprovalRecord):
                 self.active = False
-            audit(event)
+            audit(record)
 
         diagnoser.tools.audit = audited
 
@@ -256,7 +266,11 @@ class RunManager:
             return self._retrieval
 
     # ---- life cycle ---------------------------------------------------------------------------------------
-    def emit(self, run_id: str, event: dict[str, Any]) -> None:
+    def emit(self, run_id: str, event: Event | ServerEvent) -> None:
+        self.relay(run_id, wire(event))
+
+    def relay(self, run_id: str, event: dict[str, Any]) -> None:
+        """An event already in its wire form (the graph's, after the replay filter) into the run's stream."""
         self.store.append(run_id, {**event, "ts": time.time()})
         self.broker.notify(run_id)
         self.metrics.event(event)
@@ -272,9 +286,9 @@ class RunManager:
         self.store.transition(run_id, lambda run: {**status_event(run), "ts": time.time()})
         self.broker.notify(run_id)
 
-    def answered(self, run_id: str, event: dict[str, Any]) -> None:
+    def answered(self, run_id: str, event: AnsweredEvent) -> None:
         """After the store took an answer (the run is queued again): say so, then give the run to a worker."""
-        self.emit(run_id, {"type": "answered", **event})
+        self.emit(run_id, event)
         self.emit_status(run_id)
         self.submit(run_id)
 
@@ -286,8 +300,7 @@ class RunManager:
         """Queue again every run a previous server left queued or running (killed mid-run)."""
         ids = [run["id"] for run in self.store.unfinished()]
         for run_id in ids:
-            self.emit(run_id, {"type": "recovered", "message": "the server restarted: continuing from the last "
-                                                               "checkpoint"})
+            self.emit(run_id, RecoveredEvent(message="the server restarted: continuing from the last checkpoint"))
             self.submit(run_id)
         return ids
 
@@ -312,7 +325,7 @@ class RunManager:
         diagnoser: Diagnoser | None = None
         try:
             replay = Replay(self.store, run_id, run.get("answer"))
-            relay = replay.wrap(lambda event: self.emit(run_id, event))
+            relay = replay.wrap(lambda event: self.relay(run_id, event))
             diagnoser = Diagnoser(options, emit=lambda event: relay(wire(event)),
                                   retrieval=self.retrieval(options))
             replay.watch(diagnoser)
@@ -327,15 +340,16 @@ class RunManager:
                     payload = {**payload, "checks": [{**c, "suggested": False, "why": "no advice: the server "
                                                       "could not read the run's evidence"} for c in payload["checks"]]}
             # the store first: whoever sees the question can answer it at once
-            self.store.transition(run_id, lambda run: {"type": "approval" if payload.get("kind") == "approval"
-                                                       else "question", **payload, "ts": time.time()},
+            question = wire(QuestionEvent(type="approval" if payload.get("kind") == "approval" else "question",
+                                          **payload))
+            self.store.transition(run_id, lambda run: {**question, "ts": time.time()},
                                   status="waiting", pending=payload, answer=None)
             self.emit_status(run_id)
             return
         except Exception as exc:  # the run fails, the server goes on; the message is the run's error
             log.exception("run %s failed", run_id)
             message = f"{type(exc).__name__}: {exc}"[:2000]
-            self.emit(run_id, {"type": "error", "message": message})
+            self.emit(run_id, ErrorEvent(message=message))
             self.set_status(run_id, "failed", error=message, answer=None)
             self._ended(run, "failed", None)
             return
@@ -346,10 +360,10 @@ class RunManager:
                     with suppress(Exception):
                         executor.close()
         self.store.update(run_id, report=report.model_dump(mode="json"), title=report.title or run["title"])
-        self.emit(run_id, {"type": "done", "resolved": report.resolved, "pipeline": report.pipeline,
-                           "root_causes": [c.label for c in report.root_causes],
-                           "levels": {c.label: c.level for c in report.root_causes},
-                           "suspected": [s.label for s in report.suspected]})
+        self.emit(run_id, DoneEvent(resolved=report.resolved, pipeline=report.pipeline,
+                                    root_causes=[c.label for c in report.root_causes],
+                                    levels={c.label: c.level for c in report.root_causes},
+                                    suspected=[s.label for s in report.suspected]))
         self.set_status(run_id, "done", answer=None)
         self._ended(run, "done", report.resolved)
 

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from agent.audit import approval_decision
+from agent.events import AnsweredEvent, StatusEvent
 from agent.incident import Incident
 from agent.options import DiagnoseOptions, data_dir
 from agent.report import Report
@@ -59,7 +60,7 @@ class RunService:
         except Exception:
             shutil.rmtree(folder, ignore_errors=True)  # no run row, no orphan upload
             raise
-        self.manager.emit(run_id, {"type": "status", "status": "queued", "waiting_for": None, "by": who.name})
+        self.manager.emit(run_id, StatusEvent(status="queued", waiting_for=None, by=who.name))
         self.manager.metrics.started.inc()
         self.manager.submit(run_id)
         return RunCreated(id=run_id, status="queued")
@@ -110,8 +111,9 @@ class RunService:
         answer = {c: bool(checks.get(c, False)) for c in sorted(asked)} | {"approved_by": who.name}
         self._take(run_id, "approval", answer)
         made = approval_decision(answer)
-        self.manager.answered(run_id, {"kind": "approval", "by": who.name, "node": pending.get("node"),
-                                       "checks": answer, **{k: made[k] for k in ("decision", "approved", "declined")}})
+        self.manager.answered(run_id, AnsweredEvent(kind="approval", by=who.name, node=pending.get("node"),
+                                                    checks=answer, decision=made["decision"],
+                                                    approved=made["approved"], declined=made["declined"]))
         return {"id": run_id, "status": "queued", **made}
 
     def answer(self, run_id: str, text: str, who: Caller) -> dict[str, Any]:
@@ -120,7 +122,7 @@ class RunService:
         if "\x00" in text:
             raise BadInput("the answer contains NUL characters: send text", 415)
         self._take(run_id, "feedback", text)
-        self.manager.answered(run_id, {"kind": "feedback", "by": who.name, "text": text[:2000]})
+        self.manager.answered(run_id, AnsweredEvent(kind="feedback", by=who.name, text=text[:2000]))
         return {"id": run_id, "status": "queued"}
 
     def _take(self, run_id: str, kind: str, answer: Any) -> None:

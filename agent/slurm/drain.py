@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from agent.audit import AuditError, AuditLog, audit_path
+from agent.audit_records import ApprovalRecord, SlurmRecord
 from agent.slurm import scontrol
 from agent.slurm.scontrol import SlurmError, SlurmNode
 
@@ -134,14 +135,14 @@ def drain(name: str, reason: str, *, approve: Approve, audit: AuditLog, operator
                        "reason)", refused=not drained_by_aidai(node), state=node.state)
     checks = breakers(node, scontrol.show_nodes(), share)
     tripped = [b for b in checks if b.trips]
-    record = {"event": "slurm", "action": "drain", "node": name, "reason": text, "by": operator,
-              "state_before": node.state, "max_drained_share": share, "forced": force,
-              "breaker": [asdict(b) | {"after": b.after, "trips": b.trips} for b in checks]}
+    record = SlurmRecord(action="drain", node=name, reason=text, by=operator, state_before=node.state,
+                         max_drained_share=share, forced=force,
+                         breaker=[asdict(b) | {"after": b.after, "trips": b.trips} for b in checks])
     if tripped and not force:
         message = (f"refused by the circuit breaker: draining {name} would put more than {share:.0%} of a partition "
                    f"out of service ({'; '.join(b.line() for b in tripped)}). Look at why so many nodes are out "
                    "first; --force drains it anyway (with your approval, audited)")
-        audit.append({**record, "result": "refused", "detail": message})
+        audit.append(record.with_outcome(result="refused", detail=message))
         return Outcome(message, refused=True, state=node.state, breakers=checks)
     question = (f"Drain {name} in Slurm with reason {text!r}? No new job starts on it; running jobs go on.\n"
                 + "\n".join(f"  {b.line()}" for b in checks)
@@ -160,12 +161,12 @@ def resume(name: str, *, approve: Approve, audit: AuditLog, operator: str, force
     ours = drained_by_aidai(node)
     whose = (f"drained by aidai: {_describe(node)}" if ours
              else f"out of service for another reason than aidai's: {_describe(node)}")
-    record = {"event": "slurm", "action": "resume", "node": name, "reason": node.reason, "by": operator,
-              "state_before": node.state, "drained_by_aidai": ours, "forced": force}
+    record = SlurmRecord(action="resume", node=name, reason=node.reason, by=operator, state_before=node.state,
+                         drained_by_aidai=ours, forced=force)
     if not ours and not force:
         message = (f"{name} is {whose}. Resume it only once that is dealt with; --force resumes it anyway (with your "
                    "approval, audited)")
-        audit.append({**record, "result": "refused", "detail": message})
+        audit.append(record.with_outcome(result="refused", detail=message))
         return Outcome(message, refused=True, state=node.state)
     question = f"Resume {name} in Slurm? It is {whose}. Jobs may start on it again."
     outcome = _act(node, {"State": "RESUME"}, question, record, approve, audit, [],
@@ -174,26 +175,25 @@ def resume(name: str, *, approve: Approve, audit: AuditLog, operator: str, force
     return outcome
 
 
-def _act(node: SlurmNode, settings: dict[str, str], question: str, record: dict[str, object], approve: Approve,
+def _act(node: SlurmNode, settings: dict[str, str], question: str, record: SlurmRecord, approve: Approve,
          audit: AuditLog, checks: list[Breaker], done: Callable[[SlurmNode], bool]) -> Outcome:
     """Ask, record the answer, change the node, read it back and record what Slurm says now."""
-    action = str(record["action"])
+    action = record.action
     approved, via = approve(node.name, question)
-    audit.append({"event": "approval", "check": f"slurm {action} {node.name}", "tier": "fleet", "node": node.name,
-                  "approved": approved, "by": record["by"], "via": via, "reason": record["reason"],
-                  "forced": record["forced"]})
+    audit.append(ApprovalRecord(check=f"slurm {action} {node.name}", tier="fleet", node=node.name, approved=approved,
+                                by=record.by, via=via, reason=record.reason, forced=record.forced))
     if not approved:
         return Outcome(f"not approved, {node.name} is unchanged: {via}", refused=True, state=node.state,
                        breakers=checks)
     try:
         scontrol.update_node(node.name, **settings)
     except SlurmError as exc:
-        audit.append({**record, "result": "failed", "detail": str(exc)})
+        audit.append(record.with_outcome(result="failed", detail=str(exc)))
         raise
     after = scontrol.node(node.name)
     ok = done(after)
-    audit.append({**record, "result": "done" if ok else "unconfirmed", "state_after": after.state,
-                  "reason_after": after.reason})
+    audit.append(record.with_outcome(result="done" if ok else "unconfirmed", state_after=after.state,
+                                     reason_after=after.reason))
     if not ok:
         raise SlurmError(f"scontrol accepted the {action} of {node.name} but the node now reads {_describe(after)}")
     verb = "drained" if action == "drain" else "resumed"
