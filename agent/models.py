@@ -51,6 +51,7 @@ class CheckResult(BaseModel):
     cmds: list[str] = Field(default_factory=list)
     raw_excerpt: str = ""  # at most 4 KB of the tools' output, for the ticket
     reason: str = ""  # why the verdict is UNKNOWN (tool missing, timeout, approval required, ...)
+    needs: str = ""  # UNKNOWN for want of an input the check was not given (a parameter, the job's logs)
     output_sha256: str = ""
     expected_cost_s: float = 0.0
     cached: bool = False

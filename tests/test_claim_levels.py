@@ -70,6 +70,16 @@ def test_a_container_that_cannot_see_the_cause_names_it_suspected_with_commands(
     assert "Suspected (not checked" in ticket and "ACS_P2P_HANG" in ticket
 
 
+def test_a_check_only_not_given_its_input_is_no_suspicion(tmp_path: Path, data_dir: Path) -> None:
+    # a healthy host can see everything: the checkpoint check is UNKNOWN only for want of the checkpoint's directory
+    root = create_scenario(tmp_path / "healthy", faults=[]).root
+    text = "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory"
+    contract = json.loads(_diagnose(text, root, data_dir, "--json").stdout)
+    checkpoint = [r for r in contract["details"]["results"] if r["check"] == "checkpoint_load"]
+    assert checkpoint and all(r["verdict"] == "UNKNOWN" and r["needs"] == "checkpoint_dir" for r in checkpoint)
+    assert "OTHER.STORAGE.CHECKPOINT_CORRUPTED" not in {s["label"] for s in contract["suspected"]}
+
+
 def _row(label: str, predicted: str | None, level: str | None = None, confidence: float | None = None,
          control: bool = False, suspected: list[str] | None = None) -> dict[str, Any]:
     return {"label": label, "predicted": predicted, "level": level, "confidence": confidence, "control": control,

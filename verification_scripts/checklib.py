@@ -140,6 +140,7 @@ class Check(object):
         self.cmds = []
         self.raw = []
         self.targets = []
+        self.needs = ""  # the input an UNKNOWN verdict waits for (see `unknown`)
         try:
             self.raw_limit = max(int(self.params.get("raw_limit") or 0), 0)
         except (TypeError, ValueError):
@@ -326,8 +327,10 @@ class Check(object):
     def info(self, fid, entity, message, raw_line="", action=""):
         self.finding(fid, "INFO", entity, message, raw_line, action)
 
-    def unknown(self, reason):
-        """Stop: the check could not decide (tool missing, permission, unparseable output)."""
+    def unknown(self, reason, needs=""):
+        """Stop: the check could not decide (tool missing, permission, unparseable output). `needs`: the input it
+        was not given (a parameter, the job's logs): nothing on the host was hidden from it, it was not asked."""
+        self.needs = needs
         self._emit("UNKNOWN", reason)
         sys.exit(0)
 
@@ -362,6 +365,8 @@ class Check(object):
             out["raw_capped"] = self.raw_capped
         if REPLAY and REPLAY.unrecorded:
             out["not_in_bundle"] = REPLAY.unrecorded[:50]
+        if self.needs:
+            out["needs"] = self.needs
         sys.stdout.write(json.dumps(out) + "\n")
         sys.stdout.flush()
 

@@ -111,7 +111,7 @@ def throughput(check, biggest):
 def body(check):
     root = check.params.get("checkpoint_dir")
     if not root:
-        check.unknown("no checkpoint directory given (params checkpoint_dir)")
+        check.unknown("no checkpoint directory given (params checkpoint_dir)", needs="checkpoint_dir")
     base = check.path(root)  # the user's path, under the system root on a simulated host
     try:
         os.stat(base)

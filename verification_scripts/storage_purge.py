@@ -95,7 +95,7 @@ def body(check):
             check.warn("files_purged", root, "a purge policy deleted %d file(s) in %s (%s); the directory still has "
                        "other files" % (len(info["files"]), root, source), text.strip())
     if not sources and not data_paths:
-        check.unknown("no purge-policy logs on this host and no data_paths given to check")
+        check.unknown("no purge-policy logs on this host and no data_paths given to check", needs="data_paths")
     check.finish("no data path affected by purge-policy deletions in the %d days before the incident"
                  % ((until - since - checklib.AFTER_INCIDENT_S) // 86400))
 

@@ -90,8 +90,9 @@ def explain(reasoner: Reasoner, summary: IncidentSummary, found: Attribution, me
 
 def suspected(taxonomy: Taxonomy, judgements: list[LeafJudgement], results: list[CheckResult],
               reading: dict[str, int]) -> list[Suspected]:
-    """The incident's likeliest causes whose checks could not decide (UNKNOWN: a tool missing or refused in this
-    view), each with the commands its checks tried. Only when nothing was claimed: a suspicion is not an answer."""
+    """The incident's likeliest causes whose checks could not see (UNKNOWN: a tool missing or refused in this
+    view), each with the commands its checks tried. Only when nothing was claimed: a suspicion is not an answer.
+    A check that was only not given an input (a checkpoint directory, the job's logs) hid nothing: no suspicion."""
     inconclusive = {j.label: j for j in judgements if j.status == "inconclusive" and j.evidence.unknown}
     out: list[Suspected] = []
     for label in sorted(reading, key=reading.__getitem__)[:SUSPECTED_WITHIN]:
@@ -101,11 +102,14 @@ def suspected(taxonomy: Taxonomy, judgements: list[LeafJudgement], results: list
         if len(out) == SUSPECTED:
             break
         checks = set(taxonomy.node(label).checks)
-        blind = [r for r in results if r.check in checks and r.verdict == Verdict.UNKNOWN]
+        blind = [r for r in results if r.check in checks and r.verdict == Verdict.UNKNOWN and not r.needs]
+        if not blind:
+            continue
         commands = list(dict.fromkeys(cmd for r in blind for cmd in r.cmds))
         commands += [f"aidai checks run {check} --host <the host>" for check in sorted({r.check for r in blind})]
-        out.append(Suspected(label=label, rank=reading[label], why="; ".join(judgement.evidence.unknown[:3]),
-                             commands=commands))
+        unasked = {f"{r.check}@{r.host}:" for r in results if r.check in checks and r.needs}
+        why = [u for u in judgement.evidence.unknown if u.split(" ", 1)[0] not in unasked]
+        out.append(Suspected(label=label, rank=reading[label], why="; ".join(why[:3]), commands=commands))
     return out
 
 
