@@ -231,10 +231,9 @@ def wire(event: Event | ServerEvent) -> dict[str, Any]:
     """The event as JSON-able data (what the server stores and streams, and the page reads)."""
     if isinstance(event, _ServerEvent):
         return {"type": event.type, **event.model_dump(mode="json", exclude_unset=True, exclude={"type"})}
-    data = event.model_dump(mode="json")
     if isinstance(event, ConclusionEvent):  # a conclusion names a stop or a bundle only when there is one
-        data = {k: v for k, v in data.items() if k not in ("stopped", "evidence_bundle") or v is not None}
-    return data
+        return event.data()
+    return event.model_dump(mode="json")
 
 
 def parse(data: dict[str, Any]) -> Event | ServerEvent:

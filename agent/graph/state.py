@@ -61,11 +61,13 @@ class Conclusion(BaseModel):
 
     def data(self) -> dict[str, Any]:
         """As JSON: a stop or a bundle only where there is one."""
-        return self.model_dump(mode="json", exclude_none=False, exclude={
-            k for k in ("stopped", "evidence_bundle") if getattr(self, k) is None})
+        return self.model_dump(mode="json", exclude={k for k in ("stopped", "evidence_bundle")
+                                                     if getattr(self, k) is None})
 
 
 class DiagnosisState(BaseModel):
+    """Everything a run knows, checkpointed after every step (the graph's state schema)."""
+
     model_config = ConfigDict(extra="ignore")  # a key a later version added is not this version's business
 
     incident: Incident
