@@ -6,7 +6,7 @@ training seeds, and two ablations: without the temporal-context encoding (log li
 without the dynamic class-weighted loss (plain label-smoothed cross-entropy). Writes eval/results/kaiops-lab.md.
 
     .venv/bin/python -m eval.bench_kaiops_lab --lab ../lab-v2 --lab ../lab-t36/dev --lab ../lab-t36/held \\
-        --train 9,201,361 --test 202,203,362,363
+        --train 9,201,361 --test 202,203,362
 """
 
 from __future__ import annotations
@@ -96,7 +96,11 @@ def main() -> None:
     ap.add_argument("--train", default="9,201,361", help="lab seeds to train on")
     ap.add_argument("--test", default="202,203,362,363", help="held-back lab seeds")
     ap.add_argument("--runs", type=int, default=3, help="training seeds per method")
-    ap.add_argument("--epochs", type=int, default=30)
+    # a few dozen training jobs: 150 epochs of 16 (about 750 updates) scored 0.32 macro-F1 against 0.18 for the
+    # shipped recipe's 30 epochs of 64 (60 updates) when trained on seed 9 and validated on seed 201 (training
+    # seeds only; the held-back seeds were not used to choose)
+    ap.add_argument("--epochs", type=int, default=150)
+    ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--out", type=Path, default=ROOT / "eval" / "results" / "kaiops-lab.md")
     args = ap.parse_args()
     began = time.perf_counter()
@@ -108,7 +112,8 @@ def main() -> None:
     results: dict[str, list[dict]] = {name: [] for name in [*VARIANTS, "rf", "dt"]}
     for run in range(args.runs):
         for name, flags in VARIANTS.items():
-            trained, _ = train(train_tasks, encoder, epochs=args.epochs, seed=run, val_frac=0.2, **flags)
+            trained, _ = train(train_tasks, encoder, epochs=args.epochs, seed=run, val_frac=0.2, batch=args.batch,
+                               **flags)
             arrays = trained.featurizer.arrays(test_tasks, encoder)  # embeds the held-back lines first
             table_t = torch.from_numpy(encoder.table())
             pred = predict_proba(trained.model, arrays, table_t).argmax(1)
@@ -130,9 +135,10 @@ def main() -> None:
              f"{mix(test_tasks)}; {with_metrics(test_tasks)} with telemetry). Each method trained {args.runs} times "
              f"(seeds 0-{args.runs - 1}) on the training seeds and scored on the held-back ones; mean ± standard "
              "deviation over the runs. KAIOPS is trained here from scratch (MiniLM line embeddings, "
-             f"{args.epochs} epochs, 20 % of the training jobs for the per-class accuracy that drives the loss "
-             "weights and for picking the epoch); DT/RF: scikit-learn on flattened metric statistics, log TF-IDF "
-             "and host one-hot (agent/kaiops/baselines.py).", "", "## Overall (held-back seeds)", ""]
+             f"{args.epochs} epochs of batches of {args.batch}, 20 % of the training jobs for the per-class "
+             "accuracy that drives the loss weights and for picking the epoch); DT/RF: scikit-learn on flattened "
+             "metric statistics, log TF-IDF and host one-hot (agent/kaiops/baselines.py).", "",
+             "## Overall (held-back seeds)", ""]
     rows = []
     for name, runs in results.items():
         def ms(key: str, runs: list[dict] = runs) -> str:
@@ -157,7 +163,9 @@ def main() -> None:
               f"({f1['kaiops'] - f1['kaiops_wo_class_weights']:+.3f}).", "",
               f"Whole benchmark: {time.perf_counter() - began:.0f} s on this machine (2 shared cores).", "",
               "Command: `.venv/bin/python -m eval.bench_kaiops_lab " + " ".join(f"--lab {p}" for p in args.lab)
-              + f" --train {args.train} --test {args.test} --runs {args.runs}`", ""]
+              + f" --train {args.train} --test {args.test} --runs {args.runs} --epochs {args.epochs} "
+              f"--batch {args.batch}`",
+              ""]
     text = "\n".join(lines)
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,7 @@ import json
 import statistics
 from pathlib import Path
 
-from agent.reveal import frame, normal
+from agent.reveal import detect, frame, normal
 from eval.lab.telemetry import KINDS, SUBSYSTEM
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,16 +37,21 @@ def jobs_of(lab: Path, seeds: set[int]) -> list[Path]:
                   and int(j.name.split("-")[0]) in seeds)
 
 
-def judge(job: Path, baseline: Path | None, learn_start: bool, learn_s: float = LEARN_S) -> dict:
+def judge(job: Path, baseline: Path | None, learn_start: bool, learn_s: float = LEARN_S,
+          persistence: int = normal.PERSISTENCE) -> dict:
     truth = json.loads((job / "truth.json").read_text())
     tel = frame.load(job / "telemetry.csv")
     origin = min(float(t[0]) for t in tel.times.values())
     skip = max(float(truth["first_step"]) - origin, 0.0)
     until = float(truth["last_step"]) - origin
     refs = [baseline] if baseline is not None else []
-    report = normal.run(tel, refs, learn_start=learn_start, learn_s=learn_s, skip_s=skip, until_s=until)
+    report = normal.run(tel, refs, learn_start=learn_start, learn_s=learn_s, skip_s=skip, until_s=until,
+                        persistence=persistence)
+    collector = truth.get("collector") or {}
     out: dict = {"job": job.name, "kind": truth["fault"], "judged": report.judged_windows,
-                 "flagged": len(report.windows), "seconds": report.duration_s}
+                 "flagged": len(report.windows), "seconds": report.duration_s,
+                 "collector_pct": 100 * collector["job_process_cpu_s"] / collector["wall_s"]
+                 if collector.get("wall_s") else None}
     anomaly = truth.get("anomaly")
     if anomaly is None or anomaly.get("start") is None:
         out["clean"] = anomaly is None
@@ -69,6 +74,38 @@ def judge(job: Path, baseline: Path | None, learn_start: bool, learn_s: float = 
                    metrics=[s.metric for s in top.signals[:3]])
         out["subsystem_right"] = bool(set(top.subsystems) & set(SUBSYSTEMS[anomaly["kind"]]))
     return out
+
+
+def analog_section(folder: Path) -> list[str]:
+    """The CPU analog of the held-back H200 run, judged as `aidai reveal detect FILE` judges it by default."""
+    truth = json.loads((folder / "truth.json").read_text())
+    report = normal.run(folder / "telemetry.csv")
+    rows = []
+    covered: list[tuple[float, float]] = []
+    for anomaly in truth["anomalies"]:
+        start, end = float(anomaly["start"]), float(anomaly["end"]) + SLACK_S
+        covered.append((start, end))
+        inside = [w for w in report.windows if w.start < end and w.end > start]
+        top = max(inside, key=lambda w: w.score) if inside else None
+        rows.append([anomaly["kind"], f"{start - report.origin:.0f}-{float(anomaly['end']) - report.origin:.0f}",
+                     "yes" if inside else "no", len(inside), f"{top.score:.1f}" if top else "",
+                     ", ".join(top.subsystems) if top else "", ", ".join(s.metric for s in top.signals[:3])
+                     if top else ""])
+    outside = [w for w in report.windows if not any(w.start < e and w.end > s for s, e in covered)]
+    old = detect.run(folder / "telemetry.csv")  # the paper's self mode, as `aidai reveal detect --self`
+    old_found = [any(w.start < e and w.end > s for w in old.windows) for s, e in covered]
+    return [f"## A CPU analog of the held-back H200 run ({folder.name})", "",
+            "`python -m eval.lab.analog --out DIR` on this machine (host procfs only, no GPU), then "
+            "`aidai reveal detect DIR/telemetry.csv` with its defaults (normal learned from the first "
+            f"{report.learn_s:g} s): {report.judged_windows} judged windows, {len(report.windows)} anomalous.", "",
+            *table(["anomaly", "s from start", "found", "windows", "peak sigmas", "subsystems", "metrics that moved"],
+                   rows), "",
+            f"Anomalous windows outside both anomalies (and {SLACK_S:g} s after each): {len(outside)}"
+            + (" (" + ", ".join(f"{w.start - report.origin:.0f} s {'+'.join(w.subsystems)}" for w in outside[:8])
+               + ")" if outside else "") + ".", "",
+            f"The same file in self mode (`--self`): {len(old.windows)} of {old.total_windows} windows anomalous; "
+            + ", ".join(f"{a['kind']} {'found' if f else 'not found'}" for a, f in zip(truth["anomalies"], old_found,
+                                                                                       strict=True)) + ".", ""]
 
 
 def rows_for(results: list[dict]) -> tuple[list[list[object]], dict]:
@@ -136,28 +173,40 @@ def main() -> None:
     ap.add_argument("--title", default="")
     ap.add_argument("--out", type=Path, default=ROOT / "eval" / "results" / "reveal-lab.md")
     ap.add_argument("--json", type=Path, help="also write the per-job results here")
+    ap.add_argument("--persistence", type=int, default=normal.PERSISTENCE,
+                    help="windows the running median spans (agent/reveal/normal.py PERSISTENCE)")
+    ap.add_argument("--analog", type=Path, help="a run of eval/lab/analog.py (the H200 run's CPU analog) to judge")
     args = ap.parse_args()
     seeds = {int(s) for s in args.seeds.split(",")}
     jobs = [j for lab in args.lab for j in jobs_of(lab, seeds)]
     command = ("python -m eval.bench_reveal_lab " + " ".join(f"--lab {p}" for p in args.lab)
-               + f" --seeds {args.seeds}")
+               + f" --seeds {args.seeds} --persistence {args.persistence}")
     lines = [f"# Reveal on the fault lab's telemetry{': ' + args.title if args.title else ''}", "",
              f"{len(jobs)} lab telemetry jobs (3 nodes, one torchrun rank each, gloo on CPU; eval/lab/telemetry.py). "
              f"Normal learned from the first {LEARN_S:g} s of training; a window is anomalous at "
-             f"{normal.Z_FLAG:g} sigmas (agent/reveal/normal.py). Found: a flagged window within the anomaly or "
-             f"{SLACK_S:g} s after it; node right: the node with the most such windows is the faulty one.", ""]
-    results = [judge(j, None, True) for j in jobs]
+             f"{normal.Z_FLAG:g} sigmas as a running median over {args.persistence} windows "
+             f"(agent/reveal/normal.py). Found: a flagged window within the anomaly or {SLACK_S:g} s after it; "
+             "node right: the node with the most such windows is the faulty one.", ""]
+    results = [judge(j, None, True, persistence=args.persistence) for j in jobs]
     lines += section("Learned from the job's own start", results, command)
     everything = {"start": results}
     if args.baseline:
-        both = [judge(j, args.baseline, True) for j in jobs]
+        both = [judge(j, args.baseline, True, persistence=args.persistence) for j in jobs]
         lines += section(f"Learned from the start and an earlier healthy run ({args.baseline.parent.name})", both,
                          command + f" --baseline {args.baseline}")
         everything["start+baseline"] = both
-        only = [judge(j, args.baseline, False) for j in jobs]
+        only = [judge(j, args.baseline, False, persistence=args.persistence) for j in jobs]
         lines += section(f"Learned from the earlier healthy run alone ({args.baseline.parent.name}; every training "
                          "window judged)", only, command + f" --baseline {args.baseline}")
         everything["baseline"] = only
+    if args.analog:
+        lines += analog_section(args.analog)
+    cost = [r["collector_pct"] for r in results if r["collector_pct"] is not None]
+    if cost:
+        lines += [f"The lab's collector (three nodes every 0.5 s: cgroup files, /proc of each node's processes, "
+                  f"one `ss -tinp`): median {statistics.median(cost):.2f} % of one core, at most {max(cost):.2f} %: "
+                  "the CPU time of the job process that hosts it (the nodes' output pumps included, the `ss` "
+                  "processes it starts not counted).", ""]
     seconds = [r["seconds"] for r in results]
     if seconds:
         lines += [f"Detection time per job (3 nodes, ~{statistics.median(r['judged'] for r in results) / 3:.0f} "

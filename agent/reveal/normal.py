@@ -40,7 +40,7 @@ FLOOR = 0.05  # asinh units: about a 5 % change of a large value, 0.05 of a smal
 COUNTER_FLOOR = 0.25  # events per second: 1/s over a silent normal is ~3.5 sigmas, 5/s ~9
 Z_FLAG = 6.0
 SIGNAL_Z = 3.0
-PERSISTENCE = 5  # windows (odd): the running median over them is what must reach Z_FLAG
+PERSISTENCE = 9  # windows (odd): the running median over them must reach Z_FLAG; a lone sample lies in 3 windows
 MIN_HOSTS_FOR_PEERS = 3
 TOP_SIGNALS = 6
 SUBSYSTEM_SHARE = 0.5  # a subsystem is named when its weight is at least half the strongest one's
@@ -104,6 +104,7 @@ class NormalReport(BaseModel):
     hosts: list[HostSummary]  # most anomalous first
     judged_windows: int
     z_flag: float
+    persistence: int = PERSISTENCE
     duration_s: float = 0.0
 
     @property
@@ -216,7 +217,7 @@ def _subsystems(z: np.ndarray, metrics: list[frame.MetricInfo]) -> list[str]:
 def run(source: frame.Telemetry | Path | str, baselines: list[frame.Telemetry | Path | str] | None = None,
         learn_start: bool = True, learn_s: float = LEARN_S, skip_s: float = 0.0, window_s: float = WINDOW_S,
         stride_s: float = STRIDE_S, z_flag: float = Z_FLAG, hosts: list[str] | None = None,
-        until_s: float | None = None) -> NormalReport:
+        until_s: float | None = None, persistence: int = PERSISTENCE) -> NormalReport:
     """Judge every window of `source` after its learned period against the normal learned from its start
     (`learn_start`: the learn_s seconds after skip_s, per host) and/or the `baselines` (earlier healthy runs of
     the same job: per host when the baseline has that host, else pooled over the baseline's hosts). `until_s`:
@@ -274,7 +275,7 @@ def run(source: frame.Telemetry | Path | str, baselines: list[frame.Telemetry | 
     for host in tel.hosts:
         zh = z[host]
         strongest = np.max(np.abs(zh), axis=1) if zh.size else np.zeros(0)
-        score = _smooth(strongest)
+        score = _smooth(strongest, persistence)
         flagged = (score >= z_flag) & judged[host]
         rows = np.flatnonzero(flagged)
         mine: list[Window] = []
@@ -302,7 +303,7 @@ def run(source: frame.Telemetry | Path | str, baselines: list[frame.Telemetry | 
         skip_s=skip_s, until_s=until_s,
         baseline_files=[str(b) for b in baselines or [] if not isinstance(b, frame.Telemetry)],
         metrics=names, peers=peers, windows=out_windows, events=events, hosts=summaries,
-        judged_windows=int(sum(j.sum() for j in judged.values())), z_flag=z_flag,
+        judged_windows=int(sum(j.sum() for j in judged.values())), z_flag=z_flag, persistence=persistence,
         duration_s=round(time.perf_counter() - began, 4))
 
 
