@@ -9,16 +9,17 @@ windows under test are seen, and a clean window is flagged only when it departs 
 
 Per host and metric, a window's value is the mean of asinh(sample) over the window (asinh: log-like for rates and
 sizes, linear through 0); its deviation is z = (value - centre) / scale, with the centre the median of the learned
-windows and the scale their 1.4826·MAD, never below a floor (FLOOR for signals, COUNTER_FLOOR for error and event
-counters: a metric that sat still while the normal was learned — a GPU's memory in use, a throttling counter at 0
-— has no spread, and its first change must count as a change of that size, not as infinitely many sigmas). With
-three hosts or more a host's deviation is also taken relative to its peers (z minus the median over all hosts'
-z for the same metric and window; with the host itself in the median, one deviating node cannot drag its peers'
-reference along): what every node shows at once is the job's or the machine's own phase (a
-slower step everywhere, another tenant on the machine), and what one node shows alone is that node's. A window
-is anomalous when its strongest deviation, smoothed over PERSISTENCE consecutive windows (a running median, so a
-one-window burst does not count), reaches Z_FLAG; its subsystems are those of its metrics past SIGNAL_Z, ranked
-by their strongest deviation (a limit being hit first).
+windows and the scale the larger of their 1.4826·MAD and the learned samples' standard deviation over sqrt(window
+size), never below a floor (FLOOR for signals, COUNTER_FLOOR for error and event counters: a metric that sat still
+while the normal was learned — a GPU's memory in use, a throttling counter at 0 — has no spread, and its first
+change must count as a change of that size, not as infinitely many sigmas). With three hosts or more a host's
+deviation is taken relative to its peers (z minus the median over all hosts' z for the same metric and window;
+with the host itself in the median, one deviating node cannot drag its peers' reference along): what every node
+shows at once is the job's or the machine's own phase (a slower step everywhere, another tenant on the machine),
+and what one node shows alone is that node's. A window is anomalous when its strongest deviation, as a running
+median over PERSISTENCE consecutive windows (more than the three overlapping windows one sample lies in, so a lone
+sample or a short burst does not count), reaches Z_FLAG; its subsystems are those of its metrics past SIGNAL_Z,
+ranked by their strongest deviation (a limit being hit first).
 """
 
 from __future__ import annotations
