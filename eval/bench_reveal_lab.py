@@ -97,7 +97,8 @@ def analog_section(folder: Path) -> list[str]:
     return [f"## A CPU analog of the held-back H200 run ({folder.name})", "",
             "`python -m eval.lab.analog --out DIR` on this machine (host procfs only, no GPU), then "
             "`aidai reveal detect DIR/telemetry.csv` with its defaults (normal learned from the first "
-            f"{report.learn_s:g} s): {report.judged_windows} judged windows, {len(report.windows)} anomalous.", "",
+            f"{report.learn_s:g} s): {report.judged_windows} judged windows, {len(report.windows)} anomalous."
+            + (f" The collector: {truth['collector']}." if truth.get("collector") else ""), "",
             *table(["anomaly", "s from start", "found", "windows", "peak sigmas", "subsystems", "metrics that moved"],
                    rows), "",
             f"Anomalous windows outside both anomalies (and {SLACK_S:g} s after each): {len(outside)}"
