@@ -184,3 +184,51 @@ def test_knowledge_graph_root_causes_by_category() -> None:
     assert all(c["score"] <= hw["score"] for c in hw["candidates"])
     with pytest.raises(ValueError, match="no knowledge-graph category"):
         kg.root_cause("Normal", [])
+
+
+def test_temporal_context_off_ignores_when_lines_appeared(tiny: checkpoint.Trained, rows: list[dict]) -> None:
+    """The ablation of the temporal-context encoding: with it off the model sees the same lines at any minute."""
+    from dataclasses import replace
+
+    from agent.kaiops.model import Kaiops
+    from agent.kaiops.train import tensors
+
+    enc = LineEncoder("hash")
+    a = tiny.featurizer.arrays(as_tasks(rows[:8]), enc)
+    inputs = tensors(a, torch.from_numpy(enc.table()))
+    moved = (inputs[0], inputs[1], torch.zeros_like(inputs[2]), inputs[3], inputs[4])  # every line at minute 0
+    assert tiny.model.cfg.temporal_context
+    assert not torch.allclose(tiny.model(*inputs), tiny.model(*moved), atol=1e-6)
+    flat = Kaiops(replace(tiny.model.cfg, temporal_context=False))
+    flat.load_state_dict(tiny.model.state_dict())
+    flat.eval()
+    assert torch.allclose(flat(*inputs), flat(*moved), atol=1e-6)
+
+
+def test_more_lines_than_minutes_stay_inside_the_window() -> None:
+    """A real job's tail has up to 48 lines for 30 minutes: the first lines share minute 0 (never minute -1)."""
+    from agent.kaiops.dataset import Task
+    from agent.kaiops.features import MAX_LINES, Featurizer
+
+    task = Task(id="t", hosts=["a"], logs=[f"step {i} | loss 0.5" for i in range(MAX_LINES)], label="Normal")
+    a = Featurizer.fit([task]).arrays([task], LineEncoder("hash"))
+    steps = a.steps[0][a.lines[0] >= 0]
+    assert len(steps) == MAX_LINES and steps.min() == 0 and steps.max() == 29
+    assert np.all(np.diff(steps) >= 0)
+
+
+def test_a_lab_job_as_a_kaiops_task() -> None:
+    """A real fault-lab telemetry job (a memory limit on one of three nodes): its log tail, its node names, and its
+    per-node telemetry binned into 30 steps, the largest node's value per step."""
+    from eval.bench_kaiops_lab import CLASS_OF, job_task
+
+    lab = Path(__file__).parent / "fixtures" / "lab_telemetry"
+    task = job_task(lab / "361-009")
+    assert task.label == "Performance" == CLASS_OF["mem_pressure"]
+    assert task.hosts == ["gpu-node-05", "gpu-node-06", "gpu-node-07"]
+    assert 0 < len(task.logs) <= 48 and not any(line.startswith("gpu-node-0") for line in task.logs)
+    assert set(task.metrics) == {"cpu_util", "mem_util", "net_rx_mbps", "net_tx_mbps", "disk_read_mbps",
+                                 "disk_write_mbps"}
+    reads = [v for v in task.metrics["disk_read_mbps"] if v is not None]
+    assert len(task.metrics["cpu_util"]) == 30 and max(reads) > 100 * (sorted(reads)[len(reads) // 2] + 1)
+    assert job_task(lab / "361-013").label == "Normal"

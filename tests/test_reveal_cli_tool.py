@@ -28,7 +28,7 @@ def spiky(tmp_path: Path) -> Path:
 
 
 def test_detect_json_shape(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["detect", str(spiky(tmp_path)), "--json"])
+    result = runner.invoke(app, ["detect", str(spiky(tmp_path)), "--json", "--self"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert {"windows", "hosts", "skipped_columns"} <= set(data)

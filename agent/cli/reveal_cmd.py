@@ -56,13 +56,25 @@ def detect_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     window: Annotated[float, typer.Option(help="Window length, s.")] = 3.0,
     stride: Annotated[float, typer.Option(help="Window stride, s.")] = 1.0,
-    min_votes: Annotated[int, typer.Option(help="Detectors that must agree (1-3).")] = 2,
+    min_votes: Annotated[int, typer.Option(help="Self mode: detectors that must agree (1-3).")] = 2,
+    baseline: Annotated[list[Path] | None, typer.Option(
+        "--baseline", help="An earlier healthy run of the same job to learn the normal from (repeatable).")] = None,
+    learn_start: Annotated[bool, typer.Option(
+        "--learn-start/--no-learn-start", help="Learn the normal from the file's own start too.")] = True,
+    learn: Annotated[float, typer.Option(help="Seconds of the file's start to learn the normal from.")] = 20.0,
+    skip: Annotated[float, typer.Option(help="Seconds to skip before learning (warm-up); not judged.")] = 0.0,
+    self_mode: Annotated[bool, typer.Option(
+        "--self", help="The paper's self mode: the file's strongest 1 % of windows against the rest.")] = False,
 ) -> None:
-    """Detect anomalous windows, attribute them to subsystems and hosts, and keep the evidence."""
+    """Detect anomalous windows against a learned normal (the file's own start, earlier healthy runs, or both),
+    name the host, the subsystems and the metrics that moved. --self: Reveal's original self-referential mode."""
     if not 1 <= min_votes <= 3:
         _fail(f"--min-votes must be 1, 2 or 3 (got {min_votes})")
     if window <= 0 or stride <= 0:
         _fail("--window and --stride must be positive")
+    if not self_mode:
+        _detect_normal(file, hosts, as_json, window, stride, baseline or [], learn_start, learn, skip)
+        return
     from agent.reveal import detect as detector  # pandas, scikit-learn: only when detecting
     from agent.reveal.frame import FrameError
 
@@ -101,3 +113,42 @@ def detect_cmd(
         console.print(wt)
     if report.skipped_columns:
         console.print(f"skipped non-numeric columns: {', '.join(report.skipped_columns)}")
+
+
+def _detect_normal(file: Path, hosts: list[str] | None, as_json: bool, window: float, stride: float,
+                   baseline: list[Path], learn_start: bool, learn: float, skip: float) -> None:
+    if learn <= 0 or skip < 0:
+        _fail("--learn must be positive and --skip not negative")
+    from agent.reveal import normal  # pandas: only when detecting
+    from agent.reveal.frame import FrameError
+
+    try:
+        report = normal.run(file, list(baseline), learn_start=learn_start, learn_s=learn, skip_s=skip,
+                            window_s=window, stride_s=stride, hosts=hosts or None)
+    except (FrameError, ValueError) as exc:
+        _fail(str(exc))
+    if as_json:
+        print(json.dumps(report.model_dump(mode="json"), indent=1))
+        return
+    learned = f"the first {report.learn_s:g} s after {report.skip_s:g} s" if "start" in report.mode else ""
+    if report.baseline_files:
+        learned += (" and " if learned else "") + ", ".join(report.baseline_files)
+    console.print("times in seconds from the file's first sample")
+    console.print(f"normal learned from {learned}; {len(report.windows)} of {report.judged_windows} judged windows "
+                  f"anomalous ({100 * report.anomalous_rate:.2f} %), {len(report.metrics)} metrics"
+                  + (", deviations relative to the peers" if report.peers else "") + f", {report.duration_s:.2f} s")
+    table = Table(title="hosts")
+    for col in ("host", "anomalous / judged", "peak sigmas", "learned from"):
+        table.add_column(col)
+    for h in report.hosts:
+        table.add_row(h.host, f"{h.anomalous_windows} / {h.judged_windows}", f"{h.peak:.1f}", h.learned_from)
+    console.print(table)
+    if report.events:
+        et = Table(title="anomalies (strongest first)")
+        for col in ("host", "from s", "to s", "windows", "peak", "subsystems", "metrics that moved"):
+            et.add_column(col)
+        for e in report.events[:20]:
+            et.add_row(e.host, f"{e.start - report.origin:.0f}", f"{e.end - report.origin:.0f}", str(e.windows),
+                       f"{e.peak:.1f}",
+                       ", ".join(e.subsystems), ", ".join(e.metrics))
+        console.print(et)

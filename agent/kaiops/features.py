@@ -103,7 +103,8 @@ class Featurizer:
                 offset += k
                 # lines are in time order over the window and carry no common timestamp format: position stands
                 # in for time, spread over the window and anchored at its end (the last line is the event)
-                steps[i, :k] = (np.arange(1, k + 1) * STEPS) // k - 1
+                # (more lines than minutes: the first ones share minute 0, never minute -1)
+                steps[i, :k] = np.maximum((np.arange(1, k + 1) * STEPS) // k - 1, 0)
             ids = [self.host_ids.get(h, UNKNOWN) for h in task.hosts[:MAX_HOSTS]]
             hosts[i, :len(ids)] = ids
         return Arrays(metrics, lines, steps, hosts)

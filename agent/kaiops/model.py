@@ -30,6 +30,10 @@ class ModelConfig:
     # training drops a task's whole host branch with this probability: host ids are a strong shortcut (faulty hosts
     # cluster) that otherwise crowds out what the metrics and logs say, and a new host carries no history at all
     host_dropout: float = 0.0
+    # temporal context: each log line enters the minute it falls in (its position in the window), so the sequence
+    # model sees when lines appear relative to the metrics. Off (an ablation): every line is pooled into the last
+    # minute, a bag of lines without time
+    temporal_context: bool = True
 
     def dict(self) -> dict:
         return asdict(self)
@@ -152,6 +156,8 @@ class Kaiops(nn.Module):
         each line; hosts (B, H) host ids, 0 = none."""
         parts = []
         if self.cfg.use_logs:
+            if not self.cfg.temporal_context:
+                line_steps = torch.full_like(line_steps, STEPS - 1)
             parts.append(self.logs(table, lines, line_steps))
         if self.cfg.use_metrics:
             parts.append(self.tcn(metrics))

@@ -60,7 +60,7 @@ def predict_proba(model: Kaiops, a: Arrays, table: torch.Tensor, batch: int = 51
 def train(tasks: list[Task], encoder: LineEncoder, *, epochs: int = EPOCHS, seed: int = 0, batch: int = 64,
           lr: float = 2e-3, use_logs: bool = True, use_metrics: bool = True, use_hosts: bool = True,
           dynamic_weights: bool = True, host_dropout: float = HOST_DROPOUT, log: bool = False,
-          threads: int = 1) -> tuple[Trained, dict]:
+          threads: int = 1, temporal_context: bool = True, val_frac: float = 0.1) -> tuple[Trained, dict]:
     """Train on `tasks` (10 % held out, stratified, for the per-class accuracy that drives the loss weights and
     for keeping the best epoch by macro-F1). Returns the model and its history. One torch thread by default: on
     this shared 2-core machine two threads ran several times slower than one."""
@@ -69,12 +69,13 @@ def train(tasks: list[Task], encoder: LineEncoder, *, epochs: int = EPOCHS, seed
     started = time.perf_counter()
     y = labels_of(tasks)
     rng = np.random.default_rng(seed)
-    tr, va = _split(y, 0.1, rng)
+    tr, va = _split(y, val_frac, rng)
     featurizer = Featurizer.fit([tasks[i] for i in tr])
     arrays = featurizer.arrays(tasks, encoder)
     table = torch.from_numpy(encoder.table())
     cfg = ModelConfig(n_hosts=len(featurizer.host_ids) + 2, use_logs=use_logs, use_metrics=use_metrics,
-                      use_hosts=use_hosts, host_dropout=host_dropout if use_hosts else 0.0)
+                      use_hosts=use_hosts, host_dropout=host_dropout if use_hosts else 0.0,
+                      temporal_context=temporal_context)
     model = Kaiops(cfg)
     loss_fn = DynamicClassWeightedLoss(len(CLASSES))
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)

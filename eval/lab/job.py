@@ -26,6 +26,8 @@ from pathlib import Path
 import numpy as np
 import psutil
 
+from eval.lab import telemetry
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 TRAIN = Path(__file__).resolve().parent / "train.py"
 RDZV_PORT = 29400
@@ -48,7 +50,15 @@ class Job:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.steps_seen = 0
         self.last_line = time.time()
+        self.first_step: float | None = None
+        self.last_step: float | None = None
         self.events: list[dict] = []
+        # telemetry jobs (issue 36): every node in cgroups of its own, sampled for the whole job
+        self.groups: dict[str, dict[str, Path]] = {}
+        if spec.get("telemetry"):
+            self.groups = {n["host"]: telemetry.make_groups(tag) for n, tag in zip(self.nodes, spec["cgroups"],
+                                                                                   strict=True)}
+        self.sampler: telemetry.Sampler | None = None
 
     def note(self, what: str, **extra: object) -> None:
         self.events.append({"time": time.time(), "what": what, **extra})
@@ -109,7 +119,8 @@ class Job:
                 env["GLOO_SOCKET_IFNAME"] = fault["ifname"]
                 self.note("GLOO_SOCKET_IFNAME set", value=fault["ifname"])
             argv = self.command(i, head)
-            script = f"hostname {n['host']} && exec \"$@\""
+            join = telemetry.join_script(self.groups[n["host"]]) if self.groups else ""
+            script = f"{join}hostname {n['host']} && exec \"$@\""
             proc = subprocess.Popen(["unshare", "--uts", "--", "sh", "-c", script, "node", *argv],
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                                     start_new_session=True, cwd=self.out)
@@ -150,12 +161,14 @@ class Job:
                 self.last_line = time.time()
                 if b"step " in line and b"| loss" in line:
                     self.steps_seen += 1
+                    self.first_step = self.first_step or self.last_line
+                    self.last_step = self.last_line
 
     def external_fault(self) -> None:
         """SIGKILL, partition or packet loss on the faulty node once the job has logged `after_steps` step lines."""
         fault = self.spec["fault"]
-        if fault["kind"] not in ("sigkill", "partition", "packet_loss", "straggler"):
-            return
+        if fault["kind"] not in ("sigkill", "partition", "packet_loss", "straggler") or self.spec.get("telemetry"):
+            return  # a telemetry job's anomalies are applied by anomaly()
         while self.steps_seen < fault["after_steps"]:
             if all(p.poll() is not None for p in self.procs.values()):
                 return
@@ -186,13 +199,38 @@ class Job:
                 _sh("iptables", "-A", chain, side, node["addr"], *extra, "-j", "DROP")
             self.note(f"iptables DROP {node['addr']}" + (f" p={fault['loss']}" if extra else ""), host=node["host"])
 
+    def anomaly(self) -> None:
+        """A telemetry anomaly (eval/lab/telemetry.py) on the faulty node for its duration, once the job has
+        logged `after_steps` step lines; its start and end go to the truth."""
+        fault = self.spec["fault"]
+        if fault["kind"] not in telemetry.KINDS:
+            return
+        while self.steps_seen < fault["after_steps"]:
+            if all(p.poll() is not None for p in self.procs.values()):
+                return
+            time.sleep(0.1)
+        node = self.nodes[fault["node"]]
+        act = telemetry.Anomaly(fault["kind"], node["host"], node["addr"], self.groups[node["host"]], self.out)
+        what = act.start()
+        self.note(f"anomaly start: {what}", host=node["host"], anomaly=fault["kind"])
+        end = time.time() + fault["duration_s"]
+        while time.time() < end and any(p.poll() is None for p in self.procs.values()):
+            time.sleep(0.1)
+        done = act.stop()
+        self.note("anomaly end", host=node["host"], anomaly=fault["kind"], **({"done": done} if done else {}))
+
     def run(self) -> dict:
         started = time.time()
         self.network()
+        if self.groups:
+            self.sampler = telemetry.Sampler(self.groups, self.out / "telemetry.csv")
+            self.sampler.start()
         self.data()
         self.launch()
         watcher = threading.Thread(target=self.external_fault, daemon=True)
         watcher.start()
+        if self.groups:
+            threading.Thread(target=self.anomaly, daemon=True).start()
         deadline = started + self.spec["deadline_s"]
         while time.time() < deadline and any(p.poll() is None for p in self.procs.values()):
             ended = any(p.poll() is not None for p in self.procs.values())
@@ -217,12 +255,18 @@ class Job:
                 with contextlib.suppress(subprocess.TimeoutExpired):  # PID 1's exit kills what is left
                     p.wait(timeout=10)
         time.sleep(0.5)  # the pumps drain the pipes
+        collector: dict = {}
+        if self.sampler is not None:
+            self.sampler.stop()
+            collector = {"rows": self.sampler.rows, "wall_s": round(self.sampler.wall_s, 2),
+                         "job_process_cpu_s": round(self.sampler.cpu_s, 2), "interval_s": self.sampler.interval}
         with self.lock:
             self.combined.close()
             for fh in self.files.values():
                 fh.close()
         return {"started": started, "ended": time.time(), "timed_out": timed_out, "events": self.events,
-                "exit": {h: p.returncode for h, p in self.procs.items()}}
+                "exit": {h: p.returncode for h, p in self.procs.items()}, "first_step": self.first_step,
+                "last_step": self.last_step, "collector": collector}
 
 
 TRAIN_FAULTS = ("exception", "exit", "hang", "nan", "oom_rlimit", "oom_cgroup", "missing_shard", "disk_full",

@@ -22,6 +22,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from eval.lab import telemetry
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 KINDS = ("exception", "exit", "sigkill", "hang", "nan", "oom_rlimit", "oom_cgroup", "missing_shard", "disk_full",
          "ifname", "port_taken", "partition", "straggler", "code_skew")
@@ -69,6 +71,27 @@ def draw(seed: int, k: int, kinds: tuple[str, ...], launcher: str) -> dict:
             "fault": fault, "launcher_args": args, "deadline_s": 100 + 5 * n_nodes, "stagger": rng.random() * 0.5}
 
 
+TELEMETRY_KINDS = (*telemetry.KINDS, "none")
+
+
+def draw_telemetry(seed: int, k: int, kinds: tuple[str, ...] = TELEMETRY_KINDS) -> dict:
+    """A telemetry job (issue 36) from (seed, k): three single-rank torchrun nodes training for about 50 s,
+    sampled for the whole job, with one anomaly of kinds[k % len(kinds)] on one node for 12-18 s once the job has
+    logged 80-110 steps (or none). Logs are the training's own; the anomaly is outside the training program."""
+    rng = random.Random(seed * 100_003 + k + 7)
+    kind = kinds[k % len(kinds)]
+    style = rng.choice(HOST_STYLES)
+    first, net = rng.randint(1, 20), rng.randint(1, 250)
+    nodes = [{"host": style.format(first + i), "addr": f"127.0.{net}.{10 + i}"} for i in range(3)]
+    config = {"steps": 250, "every_rank": False, "style": rng.choice(("print", "logging")), "timeout": 60,
+              "log_every": 1, "ckpt_every": 10**9, "pause": 0.1, "work": 30, "read_mb": 64}
+    fault = {"kind": kind, "node": rng.randrange(3), "rank": None, "after_steps": rng.randint(80, 110),
+             "duration_s": round(rng.uniform(12, 18), 1)}
+    return {"seed": seed, "k": k, "launcher": "torchrun", "nodes": nodes, "nproc": 1, "config": config,
+            "fault": fault, "launcher_args": [], "deadline_s": 150, "stagger": rng.random() * 0.5,
+            "telemetry": True, "cgroups": [f"aidai-lab-{seed}-{k}-n{i}" for i in range(3)]}
+
+
 def run_job(spec: dict, out: Path) -> dict:
     if out.exists():
         shutil.rmtree(out)
@@ -104,6 +127,8 @@ def run_job(spec: dict, out: Path) -> dict:
                     group.rmdir()
                 except OSError:  # the killed processes leave the cgroup a moment later
                     time.sleep(0.2)
+        for tag in spec.get("cgroups", []):
+            telemetry.remove_groups(tag)
     outcome = json.loads((out / "outcome.json").read_text()) if (out / "outcome.json").exists() else {}
     truth = _truth(spec, out, outcome, began, harness)
     (out / "truth.json").write_text(json.dumps(truth, indent=1))
@@ -119,7 +144,16 @@ def _truth(spec: dict, out: Path, outcome: dict, began: float, harness: str) -> 
     applied = [e for e in outcome.get("events", []) if not e["what"].startswith("job deadline")]
     when = [m["time"] for m in marks] + [e["time"] for e in applied]
     node = spec["nodes"][fault["node"]]
-    return {"faulty_node": node["host"], "faulty_addr": node["addr"], "fault": fault["kind"],
+    extra: dict = {}
+    if spec.get("telemetry"):
+        start = next((e["time"] for e in applied if e["what"].startswith("anomaly start")), None)
+        end = next((e["time"] for e in applied if e["what"] == "anomaly end"), None)
+        extra = {"telemetry": "telemetry.csv", "first_step": outcome.get("first_step"),
+                 "last_step": outcome.get("last_step"), "collector": outcome.get("collector", {}),
+                 "anomaly": None if fault["kind"] == "none" else
+                 {"kind": fault["kind"], "host": node["host"], "start": start, "end": end,
+                  "subsystem": telemetry.SUBSYSTEM[fault["kind"]]}}
+    return {**extra,"faulty_node": node["host"], "faulty_addr": node["addr"], "fault": fault["kind"],
             "stage": STAGE.get(fault["kind"], "training"), "launcher": spec["launcher"],
             "fault_time": min(when) if when else None, "fired": bool(marks) or bool(applied),
             "marks": marks, "lab_actions": outcome.get("events", []), "exit": outcome.get("exit", {}),
@@ -183,14 +217,20 @@ def main() -> int:
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--launchers", default=",".join(LAUNCHERS), help="comma list (see launcher_of)")
     ap.add_argument("--parallel", type=int, default=1, help="jobs at once (each in its own namespaces)")
+    ap.add_argument("--telemetry", action="store_true",
+                    help="telemetry jobs (issue 36): --kinds among " + ",".join(TELEMETRY_KINDS))
     args = ap.parse_args()
+    if args.telemetry and args.kinds == ",".join(KINDS):
+        args.kinds = ",".join(TELEMETRY_KINDS)
     kinds, launchers = tuple(args.kinds.split(",")), tuple(args.launchers.split(","))
-    warm(launchers)
+    if not args.telemetry:
+        warm(launchers)
     out = args.out.resolve()  # the nodes run in the job's directory: every path they get must be absolute
     assert set(launchers) <= set(LAUNCHERS), launchers
 
     def one(k: int) -> str:
-        spec = draw(args.seed, k, kinds, launcher_of(k, kinds, launchers))
+        spec = draw_telemetry(args.seed, k, kinds) if args.telemetry else \
+            draw(args.seed, k, kinds, launcher_of(k, kinds, launchers))
         began = time.time()
         truth = run_job(spec, out / f"{args.seed}-{k:03d}")
         return (f"{args.seed}-{k:03d} {spec['launcher']:<10} {truth['fault']:<14} {len(spec['nodes'])}x{spec['nproc']} "

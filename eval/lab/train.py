@@ -108,6 +108,14 @@ def main() -> int:
         _memory_cgroup(200)
     shard: np.ndarray | None = None
     leak: list[torch.Tensor] = []
+    work_a, work_b = torch.randn(256, 256), torch.randn(256, 256)
+    read_mb = int(cfg.get("read_mb", 0))
+    if read_mb and local_rank == 0:
+        # the node's local data cache (telemetry jobs): written once, then read a slice a step through the page
+        # cache; under a memory limit near the working set the cache no longer fits and every read goes to disk
+        cache = data_dir / f"cache-{os.uname().nodename}.bin"
+        with cache.open("wb") as fh:
+            fh.write(os.urandom(read_mb * 2**20))
     say(f"training for {steps} steps")
     began = time.time()
     for step in range(1, steps + 1):
@@ -135,6 +143,12 @@ def main() -> int:
                 x = x * float("nan")  # the corrupt rows of this node's shard
         if mine and fault.get("kind") in ("oom_rlimit", "oom_cgroup") and step >= fault["step"]:
             leak.append(torch.ones(64, 2**20 // 4))  # keeps every batch's activations: 64 MiB a step
+        for _ in range(int(cfg.get("work", 0))):  # the step's other compute (telemetry jobs: ~10 ms of CPU)
+            torch.mm(work_a, work_b)
+        if read_mb and local_rank == 0:
+            with cache.open("rb") as fh:
+                fh.seek((step * 4 % read_mb) * 2**20)
+                fh.read(4 * 2**20)
         loss = nn.functional.mse_loss(ddp(x), y)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"loss is {loss.item()} at step {step}; stopping before the update")
