@@ -27,27 +27,37 @@ from pathlib import Path
 from eval.l4.lab import jobs_in, parse_seeds, publish
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-AIDAI = Path(sys.executable).parent / "aidai"
+# this checkout's aidai (`-m` from ROOT: the checkout, not whichever one the venv installed)
+AIDAI = [sys.executable, "-m", "agent.cli.main"]
 TIMEOUT_S = 600
 
 # What each lab fault is, in the taxonomy's terms: its MAIN category and the leaves that name it (None: the
 # taxonomy has no leaf for it; the leaf is then not scored).
 EXPECTED: dict[str, tuple[str, tuple[str, ...] | None]] = {
-    "exception": ("USER_APPLICATION", None),  # an IndexError in the training script
-    "exit": ("USER_APPLICATION", None),  # the script calls os._exit(N)
-    "hang": ("USER_APPLICATION", None),  # a rank stops calling collectives
-    "nan": ("USER_APPLICATION", None),  # the user's NaN guard raises on corrupt rows
-    "oom_rlimit": ("USER_APPLICATION", None),  # a leak in the script under `ulimit -v`
-    "oom_cgroup": ("USER_APPLICATION", None),  # the same leak under a container memory limit
-    "code_skew": ("USER_APPLICATION", None),  # one node runs an older checkout (another model width)
-    "port_taken": ("USER_APPLICATION", None),  # the rendezvous port is taken: a launch configuration fault
+    "exception": ("USER_APPLICATION", ("USER_APPLICATION.CODE.SCRIPT_ERROR",)),  # an IndexError in the script
+    "exit": ("USER_APPLICATION", ("USER_APPLICATION.CODE.SCRIPT_ERROR",)),  # the script calls os._exit(N)
+    # a rank stops calling collectives
+    "hang": ("USER_APPLICATION", ("USER_APPLICATION.CODE.RANK0_ONLY_WORK_TIMEOUT",)),
+    # the user's NaN guard raises on corrupt rows
+    "nan": ("USER_APPLICATION", ("USER_APPLICATION.CODE.NON_FINITE_LOSS",)),
+    # a leak in the script under `ulimit -v`, and under a container memory limit
+    "oom_rlimit": ("USER_APPLICATION", ("USER_APPLICATION.CODE.HOST_MEMORY_EXHAUSTED",)),
+    "oom_cgroup": ("USER_APPLICATION", ("USER_APPLICATION.CODE.HOST_MEMORY_EXHAUSTED",)),
+    # one node runs an older checkout (another model width)
+    "code_skew": ("USER_APPLICATION", ("USER_APPLICATION.CODE.CODE_VERSION_SKEW",)),
+    # the rendezvous port is taken: a launch configuration fault
+    "port_taken": ("USER_APPLICATION", ("USER_APPLICATION.CONFIG.RENDEZVOUS_PORT_IN_USE",)),
     "ifname": ("INTERCONNECT_NETWORKING", ("INTERCONNECT_NETWORKING.SOCKET.IFNAME_MISCONFIG",)),
-    "partition": ("INTERCONNECT_NETWORKING", None),  # a node's address dropped by the firewall
+    # a node's address dropped by the firewall
+    "partition": ("INTERCONNECT_NETWORKING", ("INTERCONNECT_NETWORKING.SOCKET.PEER_UNREACHABLE",)),
     "missing_shard": ("OTHER", ("OTHER.STORAGE.DATA_FILES_PURGED",)),
-    "disk_full": ("OTHER", None),  # the checkpoint directory's file system is full
-    "sigkill": ("OTHER", None),  # a whole node's processes killed (power, OOM killer, a policy tool)
-    "straggler": ("OTHER", None),  # a node's CPU throttled by a quota
+    "disk_full": ("OTHER", ("OTHER.STORAGE.DISK_FULL",)),  # the checkpoint directory's file system is full
+    # a whole node's processes killed (power, OOM killer, a policy tool)
+    "sigkill": ("OTHER", ("OTHER.PLATFORM.NODE_LOST",)),
+    "straggler": ("OTHER", None),  # a node's CPU throttled by a quota: no leaf (nothing in the logs names it)
 }
+# the user-code and configuration faults: their leaf is scored against the bar (0.85)
+CONFIG_FAULTS = {"port_taken"}
 USER_FAULTS = {"exception", "exit", "hang", "nan", "oom_rlimit", "oom_cgroup", "code_skew"}
 # labels that blame hardware (the GPU, its links, the host's hardware)
 HARDWARE = ("GPU.", "OTHER.PLATFORM.HOST_HARDWARE_FAULT", "OTHER.PLATFORM.HOST_MEMORY_FAULT",
@@ -71,11 +81,11 @@ def diagnose(job: Path, host: str, work: Path) -> dict:
     if host == "sim":
         fleet = work / job.name
         hosts = ",".join(n["host"] for n in truth["nodes"])
-        subprocess.run([str(AIDAI), "sim", "create", str(fleet), "--hosts", hosts], check=True, timeout=120,
+        subprocess.run([*AIDAI, "sim", "create", str(fleet), "--hosts", hosts], check=True, timeout=120,
                        capture_output=True, cwd=ROOT)
         spec = f"sim:{fleet}"
     began = time.time()
-    proc = subprocess.run([str(AIDAI), "diagnose", "--file", str(job / "pasted.txt"), "--logs", str(job / "logs"),
+    proc = subprocess.run([*AIDAI, "diagnose", "--file", str(job / "pasted.txt"), "--logs", str(job / "logs"),
                            "--host", spec, "--json"], timeout=TIMEOUT_S, capture_output=True, cwd=ROOT)
     try:
         report = json.loads(proc.stdout)
