@@ -111,6 +111,17 @@ def test_peer_errors_alone_are_not_a_cause() -> None:
     assert not {f["id"] for f in result["findings"]} & (CAUSES - {"exit_without_traceback"}), result["findings"]
 
 
+def test_a_store_that_falls_back_to_ipv4_is_no_port_conflict() -> None:
+    warning = ("[W1127 15:01:16.994908806 socket.cpp:464] [c10d] The server socket has failed to bind to [::]:29500 "
+               "(errno: 98 - Address already in use).")
+    logs = [{"name": "n0.log", "text": warning + "\n[rank 0] process group ready on n0\n"}]
+    assert run_check({"job_logs": logs})["verdict"] == "PASS"
+    failed = ("torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+              "address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
+    logs = [{"name": "n0.log", "text": warning + "\n" + failed + "\n"}]
+    assert [f["id"] for f in run_check({"job_logs": logs})["findings"]] == ["port_in_use"]
+
+
 def test_every_finding_confirms_exactly_one_leaf() -> None:
     tax = load_taxonomy()
     for finding in CAUSES:

@@ -268,6 +268,9 @@ SIGNATURE_SAMPLES = [
 
 # Lines a healthy host prints: no leaf signature may fire on them.
 BENIGN_LINES = [
+    # torch's store tries IPv6 first and then listens on IPv4: this warning is no failure
+    '[W1127 15:01:16.994908806 socket.cpp:464] [c10d] The server socket has failed to bind to [::]:29500 (errno: 98 '
+    '- Address already in use).',
     'mlx5_core 0000:0c:00.0: mlx5_pcie_event:301:(pid 0): Detected insufficient power on the PCIe slot (27W).',
     'node1:1234:1300 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB eth0:10.0.0.1<0>',
     'node1:1234:1300 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC',

@@ -60,7 +60,10 @@ SHORT_WRITE = re.compile(r"inline_container\.cc:\d+\]\s*\.\s*unexpected pos \d+ 
 LOST = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|Failed to recv|got 0 bytes", re.I)
 DS_MAPPING = re.compile(r"global_rank_mapping=.*?\{(.*)\}\)?\s*$")
 DS_NODE = re.compile(r"'([^']+)':\s*\[([\d,\s]*)\]")
-PORT_IN_USE = re.compile(r"EADDRINUSE|Address already in use|\[Errno 98\]", re.I)
+# the store could not listen at all (torch also warns "failed to bind to [::]:PORT (errno: 98 - Address already in
+# use)" when it then listens on IPv4: that warning is no failure), or a Python exception for the bind
+PORT_IN_USE = re.compile(r"failed to listen on any local network address|^(?:\w+\.)*\w*(?:Error|Exception):.*"
+                         r"(?:\[Errno 98\]|Address already in use|EADDRINUSE)", re.I)
 IFNAME = re.compile(r"Unable to find address for:?\s*(\S+)|no socket interface found|"
                     r"Bootstrap : no socket interface|SOCKET_IFNAME.{0,40}(?:not found|no such)", re.I)
 SHAPE = re.compile(r"appears not to match (?:sizes|strides) of the same param|size mismatch for \S+|"
