@@ -1,5 +1,5 @@
-"""The job_logs check on real fault-lab jobs (tests/fixtures/l4_lab: torchrun, Accelerate and DeepSpeed gloo jobs on
-CPU; truth.json says which fault was injected on which node), its UNKNOWN without logs, the taxonomy leaves its
+"""The job_logs check on real fault-lab jobs (tests/fixtures/l4_lab and job_logs: `make lab` output, torchrun,
+Accelerate and DeepSpeed gloo jobs on CPU; truth.json says which fault was injected on which node), its UNKNOWN without logs, the taxonomy leaves its
 findings confirm, and how the runner hands it the attached logs."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from agent.inventory import HostInventory
 from agent.taxonomy import load_taxonomy
 
 LAB = Path(__file__).parent / "fixtures" / "l4_lab"
+MORE = Path(__file__).parent / "fixtures" / "job_logs"  # lab jobs L4's tests do not use (a partition: no one node)
 SCRIPT = SCRIPTS_DIR / "job_logs.py"
 # what the logs of each injected fault must show on the faulty node: (finding id, severity)
 EXPECTED = {
@@ -50,7 +51,7 @@ def run_check(params: dict[str, Any]) -> dict[str, Any]:
 
 def jobs() -> list[Path]:
     out = []
-    for job in sorted(LAB.iterdir()):
+    for job in sorted([*LAB.iterdir(), *MORE.iterdir()]):
         truth = json.loads((job / "truth.json").read_text())
         if truth["fault"] == "port_taken" and truth["launcher"] == "torchrun":
             continue  # nothing in its logs (test_port_taken_before_the_store_listens_is_not_judged)
