@@ -1,6 +1,6 @@
 """The job_logs check on real fault-lab jobs (tests/fixtures/l4_lab and job_logs: `make lab` output, torchrun,
-Accelerate and DeepSpeed gloo jobs on CPU; truth.json says which fault was injected on which node), its UNKNOWN without logs, the taxonomy leaves its
-findings confirm, and how the runner hands it the attached logs."""
+Accelerate and DeepSpeed gloo jobs on CPU; truth.json says which fault was injected on which node), its UNKNOWN
+without logs, the taxonomy leaves its findings confirm, and how the runner hands it the attached logs."""
 
 from __future__ import annotations
 
@@ -121,6 +121,19 @@ def test_a_store_that_falls_back_to_ipv4_is_no_port_conflict() -> None:
               "address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
     logs = [{"name": "n0.log", "text": warning + "\n" + failed + "\n"}]
     assert [f["id"] for f in run_check({"job_logs": logs})["findings"]] == ["port_in_use"]
+
+
+@pytest.mark.parametrize("error", [
+    "RuntimeError: CUDA error: uncorrectable ECC error encountered",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1269, unhandled system error",
+    "RuntimeError: CUDA error: an illegal memory access was encountered",
+])
+def test_a_gpu_or_nccl_error_is_not_the_scripts(error: str) -> None:
+    """What the GPU, its driver or NCCL raised in a rank is for their checks to judge: never blamed on the script."""
+    logs = [{"name": "n0.log", "text": f"[rank0]: Traceback (most recent call last):\n[rank0]: {error}\n"},
+            {"name": "n1.log", "text": "[rank1]: RuntimeError: [pair.cc:553] Connection closed by peer [10.0.0.1]:1\n"}]
+    assert "python_exception" not in {f["id"] for f in run_check({"job_logs": logs})["findings"]}
 
 
 def test_every_finding_confirms_exactly_one_leaf() -> None:

@@ -7,7 +7,8 @@ judge). It reads the lines torchrun, Accelerate and DeepSpeed print (`[rankN]:` 
 failure summary, DeepSpeed's `exits with return code`) and separates each rank's own failure from the errors its
 peers print because it failed (gloo/NCCL "Connection closed by peer", store timeouts, SIGTERM from the launcher):
 
-  * python_exception: a rank's own Python exception (which node and rank, which exception);
+  * python_exception: a rank's own Python exception (which node and rank, which exception); one that names CUDA,
+    NCCL, the GPU or its driver is left to the checks of those (never the script's error);
   * non_finite_loss: a NaN/Inf loss guard fired (FloatingPointError, "loss is nan", torch's anomaly check);
   * host_oom: the host's memory ran out in a rank (MemoryError, "can't allocate memory", std::bad_alloc);
   * rank_sigkilled: a rank was killed by SIGKILL while its launcher kept running (the OOM killer's signal: a
@@ -70,6 +71,10 @@ SHAPE = re.compile(r"appears not to match (?:sizes|strides) of the same param|si
                    r"params?\[\d+\] in this process with sizes", re.I)
 UNREACHABLE = re.compile(r"Connection refused|No route to host|Network is unreachable|connect\(\) timed out|"
                          r"Connection timed out|\[Errno 111\]|\[Errno 113\]|\[Errno 110\]", re.I)
+# an exception the GPU, its driver or a communication library raised in the rank: the GPU checks' and NCCL leaves'
+# to judge, never the script's own error
+NOT_SCRIPT = re.compile(r"\bCUDA\b|cuDNN|CUBLAS|cuBLAS|\bNCCL\b|\bGPU\b|device-side|\bECC\b|\bXid\b|out of memory|"
+                        r"OutOfMemoryError|\bNVML\b|\bdriver\b|\bnvrtc\b|\bHIP\b|\bROCm\b", re.I)
 FILE_MISSING = re.compile(r"^FileNotFoundError\b.*?['\"]([^'\"]+)['\"]?")
 # the launcher's word on each worker it lost
 TORCHRUN_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")
@@ -159,7 +164,7 @@ class Node(object):
                     self.own.append((rank, "host_oom", line))
                 elif FILE_MISSING.match(stripped):
                     self.own.append((rank, "data_file_missing", line))
-                elif UNREACHABLE.search(stripped):
+                elif UNREACHABLE.search(stripped) or NOT_SCRIPT.search(stripped):
                     continue
                 elif rank is not None or not stripped.startswith(("torch.distributed.", "RuntimeError: [")):
                     self.own.append((rank, "python_exception", line))
