@@ -136,6 +136,29 @@ def test_a_gpu_or_nccl_error_is_not_the_scripts(error: str) -> None:
     assert "python_exception" not in {f["id"] for f in run_check({"job_logs": logs})["findings"]}
 
 
+def test_a_lost_node_explains_its_peers_timeouts() -> None:
+    """A node whose log stops while its peers lose it: the peers that then time out waited for it, not for one of
+    their own (no rank is said to have stopped calling collectives)."""
+    closed = "[rank{r}]: RuntimeError: [pair.cc:553] Connection closed by peer [10.0.0.3]:1"
+    timeout = "[rank{r}]: RuntimeError: [unbound_buffer.cc:78] Timed out waiting 10000ms for recv operation to complete"
+    logs = [{"name": "a.log", "text": "[rank 0] step 9/30\n"},
+            {"name": "b.log", "text": "[rank 1] step 9/30\n" + closed.format(r=1) + "\nChildFailedError\n"},
+            {"name": "c.log", "text": "[rank 2] step 9/30\n" + timeout.format(r=2) + "\nChildFailedError\n"},
+            {"name": "d.log", "text": "[rank 3] step 9/30\n" + timeout.format(r=3) + "\nChildFailedError\n"}]
+    found = {(f["id"], f["entity"]) for f in run_check({"job_logs": logs})["findings"]}
+    assert found == {("node_vanished", "a")}
+
+
+def test_as_many_quiet_ranks_as_timed_out_ones_name_no_one() -> None:
+    timeout = "[rank{r}]: RuntimeError: [unbound_buffer.cc:78] Timed out waiting 10000ms for recv operation to complete"
+    logs = [{"name": f"n{r}.log", "text": f"[rank {r}] step 3/30\n" + (timeout.format(r=r) if r < 2 else "") + "\n"}
+            for r in range(4)]
+    assert not run_check({"job_logs": logs})["findings"]
+    logs[2]["text"] += timeout.format(r=2) + "\n"
+    found = {(f["id"], f["entity"]) for f in run_check({"job_logs": logs})["findings"]}
+    assert found == {("rank_left_collective", "n3")}
+
+
 def test_every_finding_confirms_exactly_one_leaf() -> None:
     tax = load_taxonomy()
     for finding in CAUSES:

@@ -289,23 +289,26 @@ def body(check):
                            "printed no error while its peers lost their connection to it, and its launcher reported "
                            "a failed worker: it exited without a traceback", node.lines[-1])
     # collective timeouts: the ranks that never timed out while the others did stopped calling collectives
+    # (a lost node explains its peers' timeouts; and "all wait for one" means the quiet ranks are the fewer)
     timed = {(n.name, r) for n in nodes for r in n.timeouts}
-    if timed and not owners:
+    if timed and not owners and not vanished:
         known = {(n.name, r) for n in nodes for r in n.ranks}
         left = sorted(k for k in known - timed if (k[0], None) not in timed)
-        quiet_nodes = [n for n in nodes if not n.timeouts]
-        if left or (quiet_nodes and len(quiet_nodes) < len(nodes)):
-            for name, rank in left or [(n.name, None) for n in quiet_nodes]:
-                node = by_name[name]
-                report("rank_left_collective", node, rank, "FAIL",
+        quiet = [n for n in nodes if not n.timeouts]
+        waited = next(line for n in nodes for line in n.timeouts.values())
+        if left or quiet:  # some never timed out: the one the others waited for, when they are the fewer
+            suspects = left or [(n.name, None) for n in quiet]
+            fewer = len(left) < len(timed) if left else len(quiet) < len(nodes) - len(quiet)
+            for name, rank in suspects if fewer else []:
+                report("rank_left_collective", by_name[name], rank, "FAIL",
                        "never timed out in the collective its peers timed out in (%d rank(s)): it stopped calling "
-                       "collectives" % len(timed), next(iter(nodes[0].timeouts.values()), ""))
+                       "collectives" % len(timed), waited)
         else:
             for node in nodes:
                 report("collective_timeout_all", node, None, "FAIL",
                        "every rank on every node timed out in a collective and none failed first or stopped calling "
                        "collectives: the ranks could not reach each other (a partition, a firewall)",
-                       next(iter(node.timeouts.values()), ""))
+                       next(iter(node.timeouts.values())))
     for node in nodes:
         for rank, line in node.unreachable[:1]:
             report("peer_unreachable", node, rank, "FAIL", "a connection to a peer was refused, timed out or had "
