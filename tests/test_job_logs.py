@@ -15,9 +15,10 @@ import pytest
 from agent.checks.joblogs import read_job_logs
 from agent.checks.manifest import SCRIPTS_DIR, load_manifest
 from agent.checks.runner import CheckRunner
-from agent.evidence import rule_matches
+from agent.evidence import assess, rule_matches
 from agent.executors.base import Executor, ScriptRun
 from agent.inventory import HostInventory
+from agent.models import CheckResult, Verdict
 from agent.taxonomy import load_taxonomy
 
 LAB = Path(__file__).parent / "fixtures" / "l4_lab"
@@ -218,3 +219,19 @@ def test_without_attached_logs_the_runner_passes_none() -> None:
     (result,) = runner.run(["job_logs"], ["n1"])
     assert result.verdict.value == "UNKNOWN" and "no job logs attached" in result.summary
     assert "job_logs" not in host.seen["job_logs"]
+
+
+def test_without_logs_the_leafs_other_checks_decide() -> None:
+    """job_logs with nothing attached is UNKNOWN, and a leaf whose other check ran clean is rejected as it was
+    before the check existed; a leaf it alone checks stays undecided (UNKNOWN never rejects)."""
+    rules = load_taxonomy().node("INTERCONNECT_NETWORKING.SOCKET.IFNAME_MISCONFIG").evidence
+    nothing = run_check({})
+    unattached = CheckResult(check="job_logs", host="n1", verdict=Verdict.UNKNOWN, summary=nothing["summary"],
+                             metrics=nothing["metrics"])
+    clean = CheckResult(check="nccl_env", host="n1", verdict=Verdict.PASS)
+    assert assess(rules, [unattached, clean]).strength == "none"
+    assert assess(rules, [unattached, clean]).unknown == []
+    alone = assess(["job_logs:python_exception"], [unattached])
+    assert alone.strength == "unknown" and alone.unknown
+    refused = unattached.model_copy(update={"metrics": {}})  # UNKNOWN for another reason: it still holds it open
+    assert assess(rules, [refused, clean]).unknown

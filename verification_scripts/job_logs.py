@@ -198,6 +198,7 @@ def where(node, rank):
 def body(check):
     files = check.params.get("job_logs")
     if not isinstance(files, list) or not files:
+        check.metrics["attached"] = False  # nothing to read: the leaf's other checks decide (agent/evidence.py)
         check.unknown("no job logs attached to the incident (aidai diagnose --logs DIR): nothing to read")
     nodes = []
     for item in files:
