@@ -158,6 +158,9 @@ class Diagnoser:
         if prefetch is None:  # a stand-in runner
             return
         self.runner.judge_events_at(incident_time(incident))  # as the graph's guard does
+        attach = getattr(self.runner, "attach_logs", None)
+        if attach is not None:  # the checks that read the job's logs get them (--logs DIR)
+            attach(incident.attachments.get("logs"))
         limited = self.options.max_checks is not None or self.options.max_wall_s is not None
         prefetch(PREFLIGHT_CHECKS if "preflight" in self.options.pretriage and not limited else ())
 
@@ -167,7 +170,11 @@ class Diagnoser:
         if not state.values:
             raise RunNotFound(f"run {run_id!r} has no checkpoint in {runs_dir(self.options)}")
         pending = self._pending(state)
-        self._open(run_id, Incident.model_validate(state.values["incident"]))
+        incident = Incident.model_validate(state.values["incident"])
+        self._open(run_id, incident)
+        attach = getattr(self.runner, "attach_logs", None)
+        if attach is not None:  # a resumed run's checks read the same logs
+            attach(incident.attachments.get("logs"))
         # a process killed after a step's writes were saved but before the next checkpoint leaves no `next`, only
         # the step's tasks: continuing applies the saved writes (the step is not run again); it is not finished
         if not state.next and not state.tasks:

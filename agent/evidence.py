@@ -2,7 +2,9 @@
 
 A rule is `check:finding_regex` (the regex must match the whole finding id). A FAIL finding that a rule
 matches is strong evidence, a WARN finding weak; checks of the leaf that ran and found nothing the rules
-match reject it; checks that could not decide (UNKNOWN) never reject.
+match reject it; checks that could not decide (UNKNOWN) never reject. A check that was only not given its input
+(`needs`: `job_logs` without `--logs`, a checkpoint check without its directory) does not hold open a leaf its other
+checks decided.
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ def assess(rules: list[str], results: list[CheckResult]) -> Evidence:
     weak: list[str] = []
     passed: list[str] = []
     unknown: list[str] = []
-    for result in results:
-        if result.check not in wanted:
-            continue
+    mine = [r for r in results if r.check in wanted]
+    decided = any(r.verdict != Verdict.UNKNOWN for r in mine)
+    for result in mine:
         where = f"{result.check}@{result.host}"
         if result.verdict == Verdict.UNKNOWN:
+            if decided and result.needs:
+                continue  # it was not given what it reads (the job's logs): the checks that ran decide
             unknown.append(f"{where}: {result.reason or result.summary}"[:200])
             continue
         hits = [f for f in result.findings if f.severity in ("FAIL", "WARN")

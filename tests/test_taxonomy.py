@@ -243,10 +243,34 @@ SIGNATURE_SAMPLES = [
      'SYSTEM_SOFTWARE.DRIVER.DRIVER_BUG'),
     ('GPU 5 is consistently slower than the other GPUs on the node (straggler)',
      'GPU.PERFORMANCE.SLOW_GPU_STRAGGLER'),
+    ('[rank1]: IndexError: list index out of range',
+     'USER_APPLICATION.CODE.SCRIPT_ERROR'),
+    ('[rank5]: FloatingPointError: loss is nan at step 10; stopping before the update',
+     'USER_APPLICATION.CODE.NON_FINITE_LOSS'),
+    ("RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you "
+     'tried to allocate 67108864 bytes. Error code 12 (Cannot allocate memory)',
+     'USER_APPLICATION.CODE.HOST_MEMORY_EXHAUSTED'),
+    ('RuntimeError: [3]: params[0] in this process with sizes [256, 32] appears not to match sizes of the same '
+     'param in process 0.',
+     'USER_APPLICATION.CODE.CODE_VERSION_SKEW'),
+    ('torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. '
+     'port: 29400, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use',
+     'USER_APPLICATION.CONFIG.RENDEZVOUS_PORT_IN_USE'),
+    ('RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 10000ms for '
+     'recv operation to complete',
+     'INTERCONNECT_NETWORKING.SOCKET.PEER_UNREACHABLE'),
+    ('RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer '
+     '[10.0.0.12]:40667',
+     'OTHER.PLATFORM.NODE_LOST'),
+    ("OSError: [Errno 28] No space left on device: '/ckpt/step_1200/model.pt'",
+     'OTHER.STORAGE.DISK_FULL'),
 ]
 
 # Lines a healthy host prints: no leaf signature may fire on them.
 BENIGN_LINES = [
+    # torch's store tries IPv6 first and then listens on IPv4: this warning is no failure
+    '[W1127 15:01:16.994908806 socket.cpp:464] [c10d] The server socket has failed to bind to [::]:29500 (errno: 98 '
+    '- Address already in use).',
     'mlx5_core 0000:0c:00.0: mlx5_pcie_event:301:(pid 0): Detected insufficient power on the PCIe slot (27W).',
     'node1:1234:1300 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB ; OOB eth0:10.0.0.1<0>',
     'node1:1234:1300 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC',
@@ -283,8 +307,9 @@ def test_main_categories(tax: Taxonomy) -> None:
     assert [n.name for n in tax.children("")] == [
         "GPU", "SYSTEM_SOFTWARE", "INTERCONNECT_NETWORKING", "FRAMEWORK_LIBRARY", "USER_APPLICATION", "OTHER"]
     assert all(leaf.depth == 3 for leaf in tax.leaves())
-    # extra leaves stay modest
-    assert len(CONTRACT_LEAVES) <= len(tax.leaves()) <= len(CONTRACT_LEAVES) + 6
+    # extra leaves stay modest: those real jobs show (a checkpoint that cannot be loaded, and the fault lab's
+    # user-code, configuration, storage and network faults: issue 34)
+    assert len(CONTRACT_LEAVES) <= len(tax.leaves()) <= len(CONTRACT_LEAVES) + 10
 
 
 def test_shipped_taxonomy_validates(tax: Taxonomy) -> None:

@@ -12,7 +12,7 @@ What is weighed for each confirmed leaf (`Features`):
     causes of similar past incidents), and whether the leaf fails jobs the way the incident says they failed
     (its symptom classes, weighted by how few leaves show the same class: "hang" is shown by a third of them,
     "reboot" by a tenth);
-  - competition: the leaves the incident's lines point to whose checks found nothing (they lower the claim of a
+  - competition: the leaves the incident's lines point to which the checks did not confirm (they lower the claim of a
     leaf elsewhere, and raise one in their own sub-category: an NCCL error line fits several NCCL leaves), the
     other confirmed leaves nothing ties either (a host that carries several old problems makes each less likely),
     and the likelier causes that could not be checked from this view (a container sees no kernel log).
@@ -74,8 +74,8 @@ class Features(BaseModel):
     # (it blocks the device tie, and counts against the claim as the model weighs it)
     reading: float = 0.0  # 1 / its rank in the incident's reading before any check (1 = likeliest)
     symptom: float = 0.0  # how specifically its symptom classes fit the incident's words (0: not at all)
-    named_sub: bool = False  # it is in the sub-category of a leaf the lines point to whose checks found nothing
-    named_elsewhere: bool = False  # the lines point to leaves elsewhere whose checks found nothing
+    named_sub: bool = False  # it is in the sub-category of a leaf the lines point to which the checks did not confirm
+    named_elsewhere: bool = False  # the lines point to leaves elsewhere which the checks did not confirm
     rivals: int = 0  # other confirmed leaves nothing ties either
     # the incident's likelier causes (by its reading) whose checks could not see (UNKNOWN: a tool missing or
     # refused in this view): sum of 1/rank over them; a state found here competes with what could not be looked at
@@ -196,7 +196,7 @@ def features(taxonomy: Taxonomy, summary: IncidentSummary, judgement: LeafJudgem
         f.named_sub = _sub(judgement.label) in {_sub(label) for label in named}
         f.named_elsewhere = not f.named_sub
         where = "in the category of" if f.named_sub else "the incident's lines point to"
-        why.append(f"{where} {', '.join(named[:3])}, whose checks found nothing")
+        why.append(f"{where} {', '.join(named[:3])}, which the checks did not confirm")
     f.rivals = sum(1 for other in confirmed if other.label != judgement.label
                    and not _text_fit(taxonomy, summary, other.label))
     unseen = [(reading[j.label], j.label) for j in tested if j.status == "inconclusive" and j.evidence.unknown

@@ -59,6 +59,9 @@ class ConclusionAgent:
             text = stopped_explanation(stopped, state, ordered)
         else:
             text = explain(self.t.reasoner, state.summarized(), found, state.memory)
+            if state.inventory and all(v.expectations.cannot_check for v in state.inventory.values()):
+                # the job's logs carried the diagnosis: say what could not be looked at
+                text = " ".join([*unchecked(state), "Only the job's attached logs were read.", text])
             if not ordered:
                 suspects = suspected(self.t.taxonomy, state.judgements, results, self.reading.ranks(state))
                 text += suspected_sentence(suspects)
@@ -152,11 +155,15 @@ def audit_record(result: Conclusion, spent: L.Spent) -> ConclusionRecord:
 
 def cannot_check_explanation(state: DiagnosisState) -> str:
     """The answer when no host could be checked: which, why, and that nothing was confirmed or rejected."""
+    return " ".join([*unchecked(state), "Nothing was confirmed or rejected: no verification ran. Run aidai on the "
+                     "GPU node, or name the node with --host; escalate with this ticket if the node itself cannot be "
+                     "reached."])
+
+
+def unchecked(state: DiagnosisState) -> list[str]:
+    """Each host the inventory found and why its checks could not run, as sentences."""
     lines = [view.expectations.line() + "." for view in (state.inventory or {}).values()]
-    lines = [line[0].upper() + line[1:] for line in lines]
-    lines.append("Nothing was confirmed or rejected: no verification ran. Run aidai on the GPU node, or name the node "
-                 "with --host; escalate with this ticket if the node itself cannot be reached.")
-    return " ".join(lines)
+    return [line[0].upper() + line[1:] for line in lines]
 
 
 def stopped_explanation(stop: L.Stop, state: DiagnosisState, confirmed: list[LeafJudgement]) -> str:

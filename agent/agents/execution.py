@@ -132,5 +132,12 @@ def costly_needed(taxonomy: Taxonomy, label: str, cheap: list[CheckResult]) -> b
 
 def run_checks(runner: CheckRunner, check_ids: list[str]) -> list[CheckResult]:
     """Every host that can be checked, in parallel; a (host, check) already run in this incident comes from the
-    cache. A host that cannot be checked was reported once, after the inventory, not once per check."""
-    return runner.run(check_ids, hosts=runner.checkable()) if check_ids else []
+    cache. A host that cannot be checked was reported once, after the inventory, not once per check; where no host
+    can be, the checks of the incident's attached logs still read them (on the first host: they read nothing of it)."""
+    if not check_ids:
+        return []
+    hosts = runner.checkable()
+    if not hosts:
+        check_ids = [c for c in check_ids if runner.manifest.get(c).reads_attachments]
+        hosts = list(runner.executors)[:1]
+    return runner.run(check_ids, hosts=hosts) if check_ids else []

@@ -28,9 +28,19 @@ class IncidentReading:
         return reading(self.t.reader or self.t.reasoner, self.t.taxonomy, state.summarized(), state.similar)
 
     def likeliest(self, state: DiagnosisState) -> list[str]:
-        """The incident's FOLLOWED likeliest causes."""
+        """The incident's FOLLOWED likeliest causes that it can be tested for: a leaf only the job's logs can check
+        is passed over when none are attached (the breadth goes to leaves this incident's view can test)."""
         ranks = self.ranks(state)
-        return sorted(ranks, key=ranks.__getitem__)[:FOLLOWED]
+        logs = bool(state.incident.attachments.get("logs"))
+        return [label for label in sorted(ranks, key=ranks.__getitem__)
+                if logs or not self.only_logs_check(label)][:FOLLOWED]
+
+    def only_logs_check(self, label: str) -> bool:
+        """Every check of the leaf reads the job's attached logs (manifest `needs: [logs]`)."""
+        manifest = self.t.runner.manifest
+        known = set(manifest.ids())
+        specs = [manifest.get(c) for c in self.t.taxonomy.node(label).checks if c in known]
+        return bool(specs) and all(spec.reads_attachments for spec in specs)
 
     def unread(self, state: DiagnosisState) -> list[str]:
         """The incident's likeliest causes that nothing judged yet."""

@@ -21,7 +21,8 @@ class CheckSpec(BaseModel):
     script: str
     description: str
     nodes: list[str]
-    needs: list[Literal["gpu", "root", "idle_gpus", "two_nodes"]] = Field(default_factory=list)
+    # logs: it reads the job's logs attached to the incident (given in its params), nothing of the host
+    needs: list[Literal["gpu", "root", "idle_gpus", "two_nodes", "logs"]] = Field(default_factory=list)
     timeout_s: float = 60
     expected_cost_s: float = 1
     tier: Tier = "passive"
@@ -36,6 +37,11 @@ class CheckSpec(BaseModel):
     @property
     def needs_approval(self) -> bool:
         return self.tier != "passive"
+
+    @property
+    def reads_attachments(self) -> bool:
+        """It judges the incident's attached logs only: it can run on a host no GPU check can see."""
+        return self.needs == ["logs"]
 
 
 class Manifest(BaseModel):

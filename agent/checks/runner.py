@@ -57,6 +57,8 @@ class CheckRunner:
         self.inventories: dict[str, inv.HostInventory] = {}
         self.expectations: dict[str, inv.Expectations] = {}
         self.params = params or {}
+        # check id -> params only that check gets (the job's logs for job_logs: `attach_logs`)
+        self.check_params: dict[str, dict[str, Any]] = {}
         # checks at once on one host (an SSH connection multiplexes them; OpenSSH allows 10 sessions per
         # connection), and hosts at once: the fan-out limit, so 256 hosts are not 256 handshakes at the same time
         self.workers = max(1, workers)
@@ -87,6 +89,18 @@ class CheckRunner:
                 for taken in pool.map(lambda h: inv.take(self.executors[h]), todo):
                     self.adopt(taken)
 
+    def attach_logs(self, path: str | None) -> None:
+        """The checks that read the job's logs (manifest `needs: [logs]`) get the tail of each file under `path`
+        (agent/checks/joblogs.py) in their params; without logs they answer UNKNOWN."""
+        if not path:
+            return
+        from agent.checks.joblogs import read_job_logs
+
+        files = read_job_logs(path)
+        for spec in self.manifest.checks:
+            if "logs" in spec.needs:
+                self.check_params[spec.id] = {"job_logs": files, "job_logs_dir": str(path)}
+
     def judge_events_at(self, at: float | None) -> None:
         """The checks judge log events against the incident's time (epoch seconds), not the moment they run; the
         first time given stays (a resumed run, or the graph after the early start, gives the same)."""
@@ -110,7 +124,7 @@ class CheckRunner:
                             if not self.expectations[h].cannot_check and (h, s.id) not in self.cache]
                     started = []
                     for host, spec in jobs:
-                        params = self._params(host)
+                        params = self._params(host, spec.id)
                         future: Future[ScriptRun] = Future()
                         self._early[(host, spec.id)] = (json.dumps(params, sort_keys=True), future)
                         started.append((future, self.executors[host], spec, params))
@@ -162,8 +176,9 @@ class CheckRunner:
                 todo.append((name, spec))
         # approvals are asked here, one at a time, before anything runs in parallel
         approved = {(n, s.id): not s.needs_approval or self._approved(s, n) for n, s in todo}
+        # a check of the attached logs reads nothing of the host: it runs where no GPU check can
         refused = {(n, s.id): f"could not check {n}: {why}" for n, s in todo
-                   if (why := self.expectations[n].cannot_check)}
+                   if (why := self.expectations[n].cannot_check) and not s.reads_attachments}
         admitted = [key for key, ok in approved.items() if ok and key not in refused]
         refused |= self.admit(admitted) if self.admit and admitted else {}
         for name, spec in todo:
@@ -216,7 +231,7 @@ class CheckRunner:
                                reason=f"{spec.tier} check ({spec.description}; about {spec.expected_cost_s:.0f} s, "
                                       f"needs {', '.join(spec.needs) or 'nothing'}) was not approved; "
                                       f"it runs only with the operator's approval")
-        params = self._params(host)
+        params = self._params(host, spec.id)
         early = self._early.pop((host, spec.id), None)
         if early is not None and early[0] == json.dumps(params, sort_keys=True):
             run = early[1].result()
@@ -227,9 +242,10 @@ class CheckRunner:
             self.raw_sink(host, spec.id, run.stdout)
         return to_result(spec, host, run)
 
-    def _params(self, host: str) -> dict[str, Any]:
+    def _params(self, host: str, check: str = "") -> dict[str, Any]:
         return {"host": host, "profile": self.expectations[host].values, "known_bad": load_known_bad(),
-                "window_s": 7200, **({"raw_limit": RAW_LIMIT_CHARS} if self.raw_sink else {}), **self.params}
+                "window_s": 7200, **({"raw_limit": RAW_LIMIT_CHARS} if self.raw_sink else {}), **self.params,
+                **self.check_params.get(check, {})}
 
     def _approved(self, spec: CheckSpec, host: str) -> bool:
         if callable(self.approve):

@@ -110,8 +110,11 @@ class DiagnosisState(BaseModel):
         return [*self.path, Step(pipeline=pipeline, node=node or "ROOT", action=action, detail=detail)]
 
     def checkable_hosts(self) -> bool:
-        """Whether the inventory found a host whose checks can run (True before the inventory step)."""
-        return self.inventory is None or not all(v.expectations.cannot_check for v in self.inventory.values())
+        """Whether there is anything to check: a host the inventory found checkable (True before the inventory
+        step), or the job's logs attached to the incident (their checks read them on any host)."""
+        if self.inventory is None or self.incident.attachments.get("logs"):
+            return True
+        return not all(v.expectations.cannot_check for v in self.inventory.values())
 
 
 
