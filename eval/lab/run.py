@@ -120,13 +120,7 @@ def run_job(spec: dict, out: Path) -> dict:
         shutil.rmtree(out / "data", ignore_errors=True)
         shutil.rmtree(out / "ckpt", ignore_errors=True)
         for group in (memcg, cpucg):
-            for _ in range(50):
-                if not group.exists():
-                    break
-                try:
-                    group.rmdir()
-                except OSError:  # the killed processes leave the cgroup a moment later
-                    time.sleep(0.2)
+            telemetry.remove_cgroup(group)
         for tag in spec.get("cgroups", []):
             telemetry.remove_groups(tag)
     outcome = json.loads((out / "outcome.json").read_text()) if (out / "outcome.json").exists() else {}

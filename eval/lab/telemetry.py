@@ -58,13 +58,17 @@ def make_groups(tag: str) -> dict[str, Path]:
 
 def remove_groups(tag: str) -> None:
     for path in groups_of(tag).values():
-        for _ in range(50):
-            if not path.exists():
-                break
-            try:
-                path.rmdir()
-            except OSError:  # the killed processes leave the cgroup a moment later
-                time.sleep(0.2)
+        remove_cgroup(path)
+
+
+def remove_cgroup(path: Path) -> None:
+    for _ in range(50):
+        if not path.exists():
+            break
+        try:
+            path.rmdir()
+        except OSError:  # the killed processes leave the cgroup a moment later
+            time.sleep(0.2)
 
 
 def join_script(groups: dict[str, Path]) -> str:
