@@ -18,6 +18,7 @@ from agent.checks.runner import CheckRunner
 from agent.evidence import assess, rule_matches
 from agent.executors.base import Executor, ScriptRun
 from agent.inventory import HostInventory
+from agent.l4.simulate import JobSpec, simulate_job
 from agent.models import CheckResult, Verdict
 from agent.taxonomy import load_taxonomy
 
@@ -236,3 +237,12 @@ def test_without_logs_the_leafs_other_checks_decide() -> None:
     assert alone.strength == "unknown" and alone.unknown
     refused = unattached.model_copy(update={"needs": ""})  # UNKNOWN for another reason: it still holds it open
     assert assess(rules, [refused, clean]).unknown
+
+
+def test_a_rank_whose_gpu_failed_failed_first_its_peers_timeouts_say_nothing_of_the_network(tmp_path: Path) -> None:
+    # the L4 generator's GPU fault: Xid 79 and a CUDA error on one rank, NCCL watchdog timeouts on every other
+    truth = simulate_job(tmp_path / "logs", JobSpec(ranks=32, fault="gpu", seed=4))
+    out = run_check({"job_logs": read_job_logs(str(tmp_path / "logs"))})
+    found = {(f["id"], f["severity"], f["entity"]) for f in out["findings"]}
+    assert ("device_failure", "INFO", truth.faulty_nodes[0]) in found
+    assert not {fid for fid, _, _ in found} & {"collective_timeout_all", "rank_left_collective", "python_exception"}

@@ -25,7 +25,9 @@ peers print because it failed (gloo/NCCL "Connection closed by peer", store time
     collectives: a hang in user code);
   * collective_timeout_all: every rank on every node timed out in a collective, none failed first and none stopped
     calling collectives (the ranks could not reach each other: a partition, a firewall);
-  * peer_unreachable: connections to a peer were refused, timed out or had no route.
+  * peer_unreachable: connections to a peer were refused, timed out or had no route;
+  * device_failure (INFO): a rank's GPU or driver failed (Xid, CUDA error): it failed first, so its peers' timeouts
+    say nothing of the network; the GPU checks judge the GPU.
 
 Every finding names the node (the log file) and, where the log says, the rank. The logs are the incident's own, so
 the findings are events of the incident. No command is run: the text is only read.
@@ -75,6 +77,8 @@ UNREACHABLE = re.compile(r"Connection refused|No route to host|Network is unreac
 # to judge, never the script's own error
 NOT_SCRIPT = re.compile(r"\bCUDA\b|cuDNN|CUBLAS|cuBLAS|\bNCCL\b|\bGPU\b|device-side|\bECC\b|\bXid\b|out of memory|"
                         r"OutOfMemoryError|\bNVML\b|\bdriver\b|\bnvrtc\b|\bHIP\b|\bROCm\b", re.I)
+# a rank's GPU or its driver failed (the GPU checks judge why): that rank failed first, its peers' timeouts follow
+DEVICE_FAILURE = re.compile(r"NVRM: Xid|CUDA error|CUDAError|Cuda failure|uncorrectable ECC|fallen off the bus", re.I)
 FILE_MISSING = re.compile(r"^FileNotFoundError\b.*?['\"]([^'\"]+)['\"]?")
 # the launcher's word on each worker it lost
 TORCHRUN_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")
@@ -108,6 +112,7 @@ class Node(object):
         self.exits = []  # (rank or None, local rank or None, code) reported by the launcher
         self.launcher_said = False
         self.unreachable = []
+        self.device = []  # (rank or None, line): the rank's GPU or driver failed
         self.lost = False  # a rank here lost its connection to a peer
         self.anonymous = False  # a worker (a `[defaultN]:` line) printed an error without saying its rank
         self.mapping = {}  # DeepSpeed: node -> its global ranks
@@ -145,6 +150,8 @@ class Node(object):
                 self.unreachable.append((rank, line))
             self.launcher_lines(line, summary)
             stripped = body.strip()
+            if DEVICE_FAILURE.search(stripped):
+                self.device.append((rank, line))
             if LOST.search(stripped):
                 self.lost = True
             for kind, pattern in (("port_in_use", PORT_IN_USE), ("disk_full", DISK_FULL), ("short_write", SHORT_WRITE),
@@ -292,7 +299,11 @@ def body(check):
     # collective timeouts: the ranks that never timed out while the others did stopped calling collectives
     # (a lost node explains its peers' timeouts; and "all wait for one" means the quiet ranks are the fewer)
     timed = {(n.name, r) for n in nodes for r in n.timeouts}
-    if timed and not owners and not vanished:
+    failed_device = [(n, rank, line) for n in nodes for rank, line in n.device[:1]]
+    for node, rank, line in failed_device:
+        report("device_failure", node, rank, "INFO", "its GPU or driver failed (the GPU checks judge why); the other "
+               "ranks' errors follow from it", line)
+    if timed and not owners and not vanished and not failed_device:
         known = {(n.name, r) for n in nodes for r in n.ranks}
         left = sorted(k for k in known - timed if (k[0], None) not in timed)
         quiet = [n for n in nodes if not n.timeouts]
