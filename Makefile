@@ -139,7 +139,7 @@ lab-telemetry: install iptables
 		--baseline $(TEL_OUT)/dev/361-013/telemetry.csv --out eval/results/reveal-lab-362-363-after.md \
 		--title "seeds 362-363 again after the persistence fix (seen: not held back any more)"
 	$(BIN)/python -m eval.bench_reveal_lab --lab $(TEL_OUT)/held2 --seeds 364 --out eval/results/reveal-lab.md \
-		--baseline $(TEL_OUT)/dev/361-013/telemetry.csv --analog $(TEL_OUT)/analog --title "held-back seed 364"
+		--baseline $(TEL_OUT)/dev/361-013/telemetry.csv --analog $(TEL_OUT)/analog --pretriage --title "held-back seed 364"
 	$(BIN)/python -m eval.bench_kaiops_lab --lab $(LAB_OUT) --lab $(TEL_OUT)/dev --lab $(TEL_OUT)/held \
 		--train 9,201,361 --test 202,203,362,363
 

@@ -178,6 +178,10 @@ def test_diagnose_bad_host_and_flags(data_dir: Path, tmp_path: Path) -> None:
     assert both.exit_code == 2 and "exclude each other" in both.output
     llm = _diagnose("NCCL timeout", "--llm", "openai", data=data_dir)
     assert llm.exit_code == 2 and "--model" in llm.output
+    healthy = tmp_path / "healthy.csv"
+    healthy.write_text("timestamp,host,cpu_busy_pct\n1,h,1\n")
+    baseline = _diagnose("NCCL timeout", "--telemetry-baseline", str(healthy), data=data_dir)
+    assert baseline.exit_code == 2 and "give --telemetry too" in baseline.output
 
 
 def test_resume_unknown_run(data_dir: Path) -> None:

@@ -10,9 +10,8 @@ from typer.testing import CliRunner
 
 from agent.cli.reveal_cmd import app
 from agent.incident import Incident
-from agent.reveal.detect import SignalOut, WindowOut
+from agent.reveal import normal
 from agent.reveal.tool import labels_for, reveal_pretriage
-from agent.taxonomy import load_taxonomy
 from tests.test_reveal_detect import synthetic
 
 runner = CliRunner()
@@ -63,22 +62,39 @@ def test_pretriage_tool(tmp_path: Path) -> None:
     assert reveal_pretriage(Incident(text="slow training")) is None
     result = reveal_pretriage(Incident(text="slow training", attachments={"telemetry": str(spiky(tmp_path))}))
     assert result is not None and result.status == "ok"
-    assert result.hosts[0] == "h2"
-    assert any(f.id == "reveal_network" and f.entity == "h2" for f in result.findings)
-    assert result.priors and set(result.priors) <= set(load_taxonomy().labels())
-    assert max(result.priors.values()) <= 0.6
-    assert "INTERCONNECT_NETWORKING" in result.priors
+    assert result.hosts == ["h2"]  # judged against the normal learned from the file's start: its peers are calm
+    assert [(f.id, f.entity) for f in result.findings] == [("reveal_network", "h2")]
+    assert "98–122 s" in result.findings[0].message  # the drop: 100-120 s, in 3-s windows
+    assert result.priors == {"INTERCONNECT_NETWORKING": 0.6}
+    assert result.data["mode"] == "start" and "learned from its first 20 s" in result.summary
     broken = reveal_pretriage(Incident(text="x", attachments={"telemetry": str(tmp_path / "nope.csv")}))
     assert broken is not None and broken.status == "error"
 
 
-def test_priors_name_a_straggler_only_when_compute_is_off_its_peers() -> None:
-    def window(subsystem: str, metric: str, imbalance: bool) -> WindowOut:
-        signal = SignalOut(metric=metric, feature="mean", detector="zscore", z=9, subsystem=subsystem)
-        return WindowOut(start=0, end=3, host="h", subsystems=[subsystem], votes=2, score=0.5, imbalance=imbalance,
-                         signals=[signal])
+def test_pretriage_tool_learns_from_a_baseline_when_the_file_is_too_short(tmp_path: Path) -> None:
+    df = synthetic(hosts=3, seconds=15, seed=1)
+    df.loc[df.host == "h1", "cpu_busy_pct"] = 99.0
+    short, healthy = tmp_path / "short.csv", tmp_path / "healthy.csv"
+    df.to_csv(short, index=False)
+    synthetic(hosts=3, seconds=60, seed=2).to_csv(healthy, index=False)
+    alone = reveal_pretriage(Incident(text="x", attachments={"telemetry": str(short)}))
+    assert alone is not None and alone.status == "error" and "nothing left to judge" in alone.reason
+    result = reveal_pretriage(Incident(text="x", attachments={"telemetry": str(short),
+                                                              "telemetry_baseline": str(healthy)}))
+    assert result is not None and result.status == "ok" and result.data["mode"] == "baseline"
+    assert result.hosts == ["h1"] and [f.id for f in result.findings] == ["reveal_cpu"]
+    assert "learned from the baseline" in result.summary
 
-    assert labels_for(window("cpu", "cpu_busy_pct", True)) == ("GPU.PERFORMANCE.SLOW_GPU_STRAGGLER",)
-    assert labels_for(window("cpu", "cpu_busy_pct", False))[0] == "FRAMEWORK_LIBRARY.PYTORCH.DATALOADER_DEADLOCK"
-    assert labels_for(window("network", "tcp_retrans_c", True)) == ("INTERCONNECT_NETWORKING",)
-    assert labels_for(window("gpu", "gpu0_temp_c", True))[0] == "GPU.THERMAL.OVERHEATING_THROTTLE"
+
+def test_priors_name_a_straggler_only_when_compute_is_off_its_peers() -> None:
+    def window(subsystem: str, metric: str) -> normal.Window:
+        signal = normal.Signal(metric=metric, subsystem=subsystem, z=9, value=1, normal=0)
+        return normal.Window(host="h", start=0, end=3, score=9, subsystems=[subsystem], signals=[signal])
+
+    assert labels_for(window("cpu", "cpu_busy_pct"), off_peers=True) == ("GPU.PERFORMANCE.SLOW_GPU_STRAGGLER",)
+    assert labels_for(window("cpu", "cpu_busy_pct"), off_peers=False)[0] == \
+        "FRAMEWORK_LIBRARY.PYTORCH.DATALOADER_DEADLOCK"
+    assert labels_for(window("network", "tcp_retrans_c"), off_peers=True) == ("INTERCONNECT_NETWORKING",)
+    assert labels_for(window("gpu", "gpu0_temp_c"), off_peers=True)[0] == "GPU.THERMAL.OVERHEATING_THROTTLE"
+    assert labels_for(window("memory", "cgroup_memory_failcnt"), off_peers=False)[0] == \
+        "USER_APPLICATION.CODE.HOST_MEMORY_EXHAUSTED"

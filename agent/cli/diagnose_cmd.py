@@ -42,6 +42,7 @@ from agent.cli.options import (
     ProfileOpt,
     PrometheusOpt,
     SuccessLogsOpt,
+    TelemetryBaselineOpt,
     TelemetryOpt,
     TicketFormatOpt,
     TicketOpt,
@@ -102,6 +103,8 @@ def make_incident(text: str | list[Received], environment: str = "", hosts: list
 
     parts = [receive_text(text, "the incident text")] if isinstance(text, str) else text
     attached = {kind: path for kind, path in (attachments or {}).items() if path is not None}
+    if "telemetry_baseline" in attached and "telemetry" not in attached:
+        raise IncidentError("--telemetry-baseline is what --telemetry FILE is judged against: give --telemetry too")
     for kind, path in attached.items():
         if not path.exists():
             raise IncidentError(f"--{ATTACHMENT_FLAGS[kind]} {path}: no such file or directory")
@@ -250,6 +253,7 @@ def diagnose(
     logs: LogsOpt = None,
     success_logs: SuccessLogsOpt = None,
     telemetry: TelemetryOpt = None,
+    telemetry_baseline: TelemetryBaselineOpt = None,
     metrics: MetricsOpt = None,
     prometheus: PrometheusOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the report contract as JSON on stdout "
@@ -317,7 +321,7 @@ def diagnose(
         else:
             incident = make_incident(read_incident_text(text, file), environment, host,
                                      {"logs": logs, "success": success_logs, "telemetry": telemetry,
-                                      "metrics": metrics}, at)
+                                      "telemetry_baseline": telemetry_baseline, "metrics": metrics}, at)
             hosts = list(host or ["local"])
             err.print(f"[dim]aidai: diagnosing on {escape(', '.join(hosts))} (reasoner {escape(llm)}, active "
                       f"checks: {'all' if approve_active else 'ask' if ask else 'not run'})[/]", highlight=False,

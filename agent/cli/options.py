@@ -68,7 +68,8 @@ MaxParallelHostsOpt = Annotated[int | None, typer.Option("--max-parallel-hosts",
                                                         help="Check at most N hosts at once (each with up to 4 "
                                                              f"checks at a time; default {DEFAULT_PARALLEL_HOSTS}).")]
 
-ATTACHMENT_FLAGS = {"logs": "logs", "success": "success-logs", "telemetry": "telemetry", "metrics": "metrics"}
+ATTACHMENT_FLAGS = {"logs": "logs", "success": "success-logs", "telemetry": "telemetry",
+                    "telemetry_baseline": "telemetry-baseline", "metrics": "metrics"}
 LogsOpt = Annotated[Path | None, typer.Option("--logs", metavar="DIR", help="The job's logs (a file per node or "
                                               "rank, or torchrun's interleaved file): L4 ranks the suspicious nodes "
                                               "first.")]
@@ -76,7 +77,10 @@ SuccessLogsOpt = Annotated[Path | None, typer.Option("--success-logs", metavar="
                                                      "job with the same setup: L4 ignores the events they have too.")]
 TelemetryOpt = Annotated[Path | None, typer.Option("--telemetry", metavar="FILE", help="Host metrics (CSV or "
                                                    "Parquet with a timestamp column): Reveal finds anomalous "
-                                                   "windows.")]
+                                                   "windows against the normal learned from its start.")]
+TelemetryBaselineOpt = Annotated[Path | None, typer.Option(
+    "--telemetry-baseline", metavar="FILE", help="Host metrics of an earlier healthy run of the same job: Reveal "
+                                                 "learns the normal from it too.")]
 MetricsOpt = Annotated[Path | None, typer.Option("--metrics", metavar="CSV", help="The job's last 30 minutes of "
                                                  "minute-level metrics (cpu_util, gpu_util, net_rx_mbps, ...): "
                                                  "KAIOPS classifies the task and its priors rank the categories.")]
