@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -215,7 +216,7 @@ def _subsystems(z: np.ndarray, metrics: list[frame.MetricInfo]) -> list[str]:
     return first + [k for k in named if k not in first]
 
 
-def run(source: frame.Telemetry | Path | str, baselines: list[frame.Telemetry | Path | str] | None = None,
+def run(source: frame.Telemetry | Path | str, baselines: Sequence[frame.Telemetry | Path | str] | None = None,
         learn_start: bool = True, learn_s: float = LEARN_S, skip_s: float = 0.0, window_s: float = WINDOW_S,
         stride_s: float = STRIDE_S, z_flag: float = Z_FLAG, hosts: list[str] | None = None,
         until_s: float | None = None, persistence: int = PERSISTENCE) -> NormalReport:
