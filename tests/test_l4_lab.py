@@ -50,6 +50,23 @@ def test_hung_node_is_the_silent_one() -> None:
     assert top.events[0].startswith("silent")
 
 
+def test_partition_is_where_the_gloo_ring_stalled() -> None:
+    """v2-205-039 (eight nodes, DeepSpeed launcher) and v2-206-025 (two nodes of two ranks, Accelerate): one node's
+    address dropped; every rank's gloo collective times out, none names a peer. In rank order the receiving
+    timeouts run up to a rank of the partitioned node and the sending ones start after it."""
+    for job in ("v2-205-039", "v2-206-025"):
+        top = localize(LAB / job / "logs", engine="local").nodes[0]
+        assert top.node == _truth(job)["faulty_node"]
+        assert top.events[0].startswith("the ring stalled here")
+
+
+def test_a_hung_rank_is_not_a_stalled_ring() -> None:
+    """v2-9-017: one rank stops calling collectives; its peers time out, it does not: no ring verdict."""
+    nodes = localize(LAB / "v2-9-017" / "logs", engine="local").nodes
+    assert nodes[0].node == _truth("v2-9-017")["faulty_node"]
+    assert not any(event.startswith("the ring stalled") for node in nodes for event in node.events)
+
+
 def test_timestamps() -> None:
     glog = timestamp("E1127 12:41:11.722000 13 torch/distributed/elastic/multiprocessing/api.py:1002] failed")
     iso = timestamp("2026-11-27 12:41:12,222 INFO train: step 3/40 | loss 0.5")

@@ -9,7 +9,11 @@ torchrun's elastic agent logs `failed (exitcode: N)` with a timestamp the moment
     * a node that logs no failure at all while every other node does has vanished (killed, power loss) and is
       where the job broke;
     * when every node that reports failed because a collective timed out (nobody closed a connection) and some
-      node never reports, that node stopped calling collectives: it hung, and the others waited for it.
+      node never reports, that node stopped calling collectives: it hung, and the others waited for it;
+    * when every rank's gloo collective timed out (a partition: nobody closed anything, nobody is silent), the ranks
+      in rank order time out receiving up to one rank and sending after it (the ring's order, wrapping around):
+      the ring stalled at that rank's node. Seen on every such job of the fault lab (seeds 9 and 201-206: 18 jobs,
+      three launchers, 2-8 nodes), where the ring broke at the partitioned node.
 Only what the logs say is used; clocks of one cluster agree to well under the margins below.
 """
 
@@ -34,6 +38,8 @@ PEER_GONE = re.compile(r"closed by (?:remote )?peer|reset by peer|broken pipe|co
                        r"failed to recv|RendezvousConnectionError|connection to the c10d store", re.I)
 # ... and to one that said nothing: a collective or a store operation timed out.
 TIMED_OUT = re.compile(r"timed out|timeout|time out", re.I)
+# gloo's own words when a rank's part of a collective times out, with the rank the launcher's prefix names
+GLOO_TIMEOUT = re.compile(r"\[rank(\d+)\]:.*Timed out waiting \d+ms for (send|recv) operation", re.I)
 _GLOG = re.compile(r"(?<![\w.])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d(?:\.\d+)?)\b")
 _ISO = re.compile(r"\b\d{4}-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d(?:[.,]\d+)?)\b")
 FIRST_MARGIN_S = 0.3  # the first report must precede the next by this much to say which node failed first
@@ -92,6 +98,10 @@ def verdicts(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray) 
     if vanished and failing and len(vanished) <= len(nodes) / 2:
         return [Verdict(n, "lost: its log ends without an error while every other node reports the failure")
                 for n in vanished]
+    # every rank timed out in gloo: no node hung (a hung rank logs no timeout), whatever its launcher reported
+    ring = _ring_break(used)
+    if ring is not None:
+        return [ring]
     reporters = [n for n, v in nodes.items() if v.report]
     silent = [n for n, v in nodes.items() if not v.report]
     if reporters and silent and len(silent) < len(reporters) and \
@@ -104,3 +114,29 @@ def verdicts(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray) 
         lead = f"{timed[1][0] - timed[0][0]:.1f} s before the next" if len(timed) > 1 else "the only one"
         return [Verdict(first, f"first to fail: its launcher reported a worker failed {lead}: {nodes[first].report}")]
     return []
+
+
+def _ring_break(used: list[FileScan]) -> Verdict | None:
+    """The node where gloo's ring stalled, when every rank timed out in a collective: in rank order
+    (wrapping around) one run of ranks timed out receiving and the rest sending; the run's last rank is the
+    break. A node's ranks of one kind share a line shape, so each node gives its first rank of each kind: enough,
+    as a node's ranks are consecutive."""
+    seen: dict[int, tuple[str, str]] = {}
+    lines: dict[str, int] = {}
+    for scan in used:
+        for example, count in zip(scan.examples, scan.counts, strict=True):
+            if match := GLOO_TIMEOUT.search(example):
+                seen.setdefault(int(match.group(1)), (match.group(2).lower(), scan.node))
+                lines[scan.node] = lines.get(scan.node, 0) + count
+    # every rank timed out: every node logged as many such lines (a rank that hung in its own code logs none, and
+    # its node fewer than the others)
+    if set(lines) != {scan.node for scan in used} or len(set(lines.values())) != 1:
+        return None
+    order = [seen[rank] for rank in sorted(seen)]
+    ends = [i for i, (kind, _) in enumerate(order) if kind == "recv" and order[(i + 1) % len(order)][0] == "send"]
+    if len(ends) != 1 or len(order) < 2:
+        return None
+    ranks = sorted(seen)
+    end, after = ranks[ends[0]], ranks[(ends[0] + 1) % len(ranks)]
+    return Verdict(order[ends[0]][1], f"the ring stalled here: every rank's gloo collective timed out, in rank order "
+                                      f"receiving up to rank {end} (this node) and sending from rank {after} on")
