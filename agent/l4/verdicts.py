@@ -134,7 +134,7 @@ def _ring_break(used: list[FileScan]) -> Verdict | None:
         return None
     order = [seen[rank] for rank in sorted(seen)]
     ends = [i for i, (kind, _) in enumerate(order) if kind == "recv" and order[(i + 1) % len(order)][0] == "send"]
-    if len(ends) != 1 or len(order) < 2:
+    if len(ends) != 1:
         return None
     ranks = sorted(seen)
     end, after = ranks[ends[0]], ranks[(ends[0] + 1) % len(ranks)]
