@@ -71,6 +71,16 @@ def parse_seeds(text: str | None) -> set[int] | None:
     return seeds
 
 
+def _truth_error(truth: dict) -> str:
+    """Why a job's truth is wrong, from the lab's own records: labs before the fix removed a missing shard by the
+    global rank the faulty node was assumed to run, and torchrun's rendezvous may give that node another rank."""
+    removed = [str(e.get("rank")) for e in truth["lab_actions"] if e["what"] == "shard removed"]
+    opened = [str(m["rank"]) for m in truth["marks"] if m["what"] == "open missing shard"]
+    if removed and opened and removed[0] != opened[0]:
+        return f"rank {removed[0]}'s shard removed, the faulty node ran rank {opened[0]}"
+    return ""
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("roots", type=Path, nargs="+")
@@ -79,18 +89,24 @@ def main() -> int:
     ap.add_argument("--title", default="L4 on the fault lab")
     ap.add_argument("--misses", action="store_true", help="list every miss")
     args = ap.parse_args()
-    rows, unfired = [], []
+    rows, unfired, unjudged = [], [], []
     for job in jobs_in(args.roots, parse_seeds(args.seeds)):
         truth = json.loads((job / "truth.json").read_text())
         failed = any(code != 0 for code in truth["exit"].values()) or truth["timed_out"]
         if not truth["fired"] or not failed:  # the fault never struck, or struck and the job still succeeded
             unfired.append(f"{job.name} ({truth['fault']}{'' if truth['fired'] else ', not fired'})")
             continue
+        wrong = _truth_error(truth)
+        if wrong:
+            unjudged.append(f"{job.name} ({wrong})")
+            continue
         rows.extend(judge(job, view) for view in ("per-node", "combined"))
     lines = [f"### {args.title}", "", f"`{' '.join(['python -m eval.l4.lab', *sys.argv[1:]])}`", "",
              *table(rows, "launcher"), "", *table(rows, "fault"), ""]
     if unfired:
         lines += [f"Not scored (the fault did not fire, or the job did not fail): {', '.join(unfired)}", ""]
+    if unjudged:
+        lines += [f"Not scored (the lab's truth names another node than the fault struck): {', '.join(unjudged)}", ""]
     misses = [r for r in rows if not (r["top1"] and r["stage_ok"])]
     if args.misses or args.out:
         lines += ["| job | view | fault | truth node / stage | L4 top-3 / stage |", "|---|---|---|---|---|"]

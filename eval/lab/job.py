@@ -84,10 +84,6 @@ class Job:
         for rank in range(len(self.nodes) * self.spec["nproc"]):
             for index in range(shards):
                 np.save(data / f"shard-{rank:03d}-{index:02d}.npy", rng.normal(size=(160, 33)).astype(np.float32))
-        if fault["kind"] == "missing_shard":
-            rank = fault["node"] * self.spec["nproc"] + fault["rank"]
-            (data / f"shard-{rank:03d}-{(fault['step'] - 1) // 10:02d}.npy").unlink()
-            self.note("shard removed", rank=rank)
         for i, n in enumerate(self.nodes):
             ckpt = Path(cfg["ckpt"]) / n["host"]
             ckpt.mkdir(parents=True, exist_ok=True)
@@ -112,7 +108,10 @@ class Job:
                        PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
                        LAB_LAUNCHER=self.spec["launcher"])
             if i == fault["node"] and fault["kind"] in TRAIN_FAULTS:
-                env["LAB_FAULT"] = json.dumps(fault)
+                # a missing shard is the faulty process's own: torchrun's rendezvous gives global ranks in the order
+                # the nodes arrive, so which rank a node runs is known only inside it (eval/lab/train.py removes it)
+                env["LAB_FAULT"] = json.dumps({**fault, "own_shard": True} if fault["kind"] == "missing_shard"
+                                              else fault)
                 if fault["kind"] == "oom_cgroup":
                     env["LAB_MEMCG"] = self.spec["memcg"]
             if i == fault["node"] and fault["kind"] == "ifname":
