@@ -67,6 +67,22 @@ def test_a_hung_rank_is_not_a_stalled_ring() -> None:
     assert not any(event.startswith("the ring stalled") for node in nodes for event in node.events)
 
 
+def test_a_starved_node_is_the_one_that_missed_its_heartbeat() -> None:
+    """v2-208-012: one node of six under a CPU quota of 1 ms a second; nothing fails until the lab stops the job,
+    and only that node's torchrun agent missed its keep-alive heartbeat to the rendezvous, 35 s before."""
+    top = localize(LAB / "v2-208-012" / "logs", engine="local").nodes[0]
+    assert top.node == _truth("v2-208-012")["faulty_node"]
+    assert top.events[0].startswith("starved or cut off")
+
+
+def test_heartbeats_missed_after_a_failure_are_no_verdict() -> None:
+    """v2-201-004: a NaN guard ends one node's worker; afterwards another node's agent misses its heartbeat (the
+    store's host is going away): the first to fail is still named."""
+    nodes = localize(LAB / "v2-201-004" / "logs", engine="local").nodes
+    assert nodes[0].node == _truth("v2-201-004")["faulty_node"]
+    assert not any(event.startswith("starved") for node in nodes for event in node.events)
+
+
 def test_timestamps() -> None:
     glog = timestamp("E1127 12:41:11.722000 13 torch/distributed/elastic/multiprocessing/api.py:1002] failed")
     iso = timestamp("2026-11-27 12:41:12,222 INFO train: step 3/40 | loss 0.5")

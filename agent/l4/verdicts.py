@@ -13,7 +13,12 @@ torchrun's elastic agent logs `failed (exitcode: N)` with a timestamp the moment
     * when every rank's gloo collective timed out (a partition: nobody closed anything, nobody is silent), the ranks
       in rank order time out receiving up to one rank and sending after it (the ring's order, wrapping around):
       the ring stalled at that rank's node. Seen on every such job of the fault lab (seeds 9 and 201-206: 18 jobs,
-      three launchers, 2-8 nodes), where the ring broke at the partitioned node.
+      three launchers, 2-8 nodes), where the ring broke at the partitioned node;
+    * when nothing failed loudly (the job was stopped from outside, or is still waiting), a node whose own elastic
+      agent could not send its keep-alive heartbeat to the rendezvous, while no other's failed and before any node
+      logged a failure (the launcher's shutdown included), was starved or cut off: the others only waited for it.
+      After a failure every surviving agent may miss its heartbeats (the store's host is gone), so only the one
+      node, and only before any failure.
 Only what the logs say is used; clocks of one cluster agree to well under the margins below.
 """
 
@@ -38,6 +43,8 @@ PEER_GONE = re.compile(r"closed by (?:remote )?peer|reset by peer|broken pipe|co
                        r"failed to recv|RendezvousConnectionError|connection to the c10d store", re.I)
 # ... and to one that said nothing: a collective or a store operation timed out.
 TIMED_OUT = re.compile(r"timed out|timeout|time out", re.I)
+# torchrun's agent on this node could not reach the rendezvous store in time
+HEARTBEAT = re.compile(r"failed to send a keep-alive heartbeat", re.I)
 # gloo's own words when a rank's part of a collective times out, with the rank the launcher's prefix names
 GLOO_TIMEOUT = re.compile(r"\[rank(\d+)\]:.*Timed out waiting \d+ms for (send|recv) operation", re.I)
 _GLOG = re.compile(r"(?<![\w.])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d(?:\.\d+)?)\b")
@@ -70,6 +77,8 @@ class _Node:
     peer_gone: bool = False
     timed_out: bool = False
     agent: bool = False  # the launcher logged here (see AGENT)
+    heartbeat_time: float | None = None  # its agent's first missed keep-alive heartbeat (see HEARTBEAT)
+    failure_time: float | None = None  # its first dated failure line other than a missed heartbeat
 
 
 def verdicts(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray) -> list[Verdict]:
@@ -82,6 +91,10 @@ def verdicts(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray) 
         for k, shape in enumerate(scan.shapes):
             example = scan.examples[k]
             node.agent |= AGENT.search(shape) is not None or AGENT.search(example) is not None  # paths: masked
+            if HEARTBEAT.search(example) and (when := timestamp(example)) is not None:
+                node.heartbeat_time = min(when, node.heartbeat_time or when)
+            elif failed[k] and (when := timestamp(example)) is not None:
+                node.failure_time = min(when, node.failure_time or when)
             if REPORT.search(shape):
                 when = timestamp(example)
                 if when is not None and (node.report_time is None or when < node.report_time):
@@ -113,6 +126,11 @@ def verdicts(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray) 
         first = timed[0][1]
         lead = f"{timed[1][0] - timed[0][0]:.1f} s before the next" if len(timed) > 1 else "the only one"
         return [Verdict(first, f"first to fail: its launcher reported a worker failed {lead}: {nodes[first].report}")]
+    missed = [(v.heartbeat_time, n) for n, v in nodes.items() if v.heartbeat_time is not None]
+    failed_at = [t for v in nodes.values() for t in (v.report_time, v.failure_time) if t is not None]
+    if len(missed) == 1 and all(missed[0][0] < t - FIRST_MARGIN_S for t in failed_at):
+        return [Verdict(missed[0][1], "starved or cut off: its launcher could not send its keep-alive heartbeat to the "
+                                   "rendezvous before any worker failed, and no other node's missed one")]
     return []
 
 
