@@ -67,6 +67,22 @@ def test_a_hung_rank_is_not_a_stalled_ring() -> None:
     assert not any(event.startswith("the ring stalled") for node in nodes for event in node.events)
 
 
+def test_a_killed_node_whose_log_ends_mid_start_up_is_lost() -> None:
+    """v2-206-030: SIGKILL of one node's process group under the DeepSpeed launcher; its buffered step lines died
+    with it, so its log ends on a start-up line, which says nothing failed."""
+    top = localize(LAB / "v2-206-030" / "logs", engine="local").nodes[0]
+    assert top.node == _truth("v2-206-030")["faulty_node"]
+    assert top.events[0].startswith("lost")
+
+
+def test_a_node_still_waiting_is_not_lost() -> None:
+    """v2-201-024: the head node cannot listen on the rendezvous port; the other waits, logs nothing and is stopped:
+    nobody noticed a peer go, so no node is "lost" and the head's own error names it."""
+    nodes = localize(LAB / "v2-201-024" / "logs", engine="local").nodes
+    assert nodes[0].node == _truth("v2-201-024")["faulty_node"]
+    assert not any(event.startswith("lost") for node in nodes for event in node.events)
+
+
 def test_a_starved_node_is_the_one_that_missed_its_heartbeat() -> None:
     """v2-208-012: one node of six under a CPU quota of 1 ms a second; nothing fails until the lab stops the job,
     and only that node's torchrun agent missed its keep-alive heartbeat to the rendezvous, 35 s before."""

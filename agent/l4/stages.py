@@ -87,6 +87,9 @@ def is_progress(shape: str) -> bool:
     return PROGRESS.search(shape) is not None
 
 
+UNWORDED = 0.4  # failure_weight of an event that says nothing of a failure
+
+
 @lru_cache(maxsize=1 << 16)
 def failure_weight(template: str) -> float:
     """How much a failure-candidate event says about where the fault is: failure wording 1, a launcher's reaction
@@ -95,7 +98,7 @@ def failure_weight(template: str) -> float:
         return 0.1
     if FAILURE_WORDING.search(template):
         return 1.0
-    return 0.4
+    return UNWORDED
 
 
 @lru_cache(maxsize=1 << 16)  # shapes repeat across the files of a job; classify each once per process

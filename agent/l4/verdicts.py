@@ -6,8 +6,8 @@ about a peer that closed the connection or a collective that timed out. The laun
 torchrun's elastic agent logs `failed (exitcode: N)` with a timestamp the moment one of its workers dies, so
     * the node whose agent reports first, clearly before the next, lost a worker first (the victims' workers fail
       when they notice, later);
-    * a node that logs no failure at all while every other node does has vanished (killed, power loss) and is
-      where the job broke;
+    * a node that logs no failure at all while every other node does, and they noticed a peer go (a closed
+      connection, a timeout), has vanished (killed, power loss) and is where the job broke;
     * when every node that reports failed because a collective timed out (nobody closed a connection) and some
       node never reports, that node stopped calling collectives: it hung, and the others waited for it;
     * when every rank's gloo collective timed out (a partition: nobody closed anything, nobody is silent), the ranks
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from agent.l4 import stages
 from agent.l4.scan import FileScan
 
 # A launcher's report that one of its workers died (torchrun's elastic agent; the DeepSpeed launcher).
@@ -73,7 +74,7 @@ def timestamp(line: str) -> float | None:
 class _Node:
     report: str = ""
     report_time: float | None = None
-    failing: bool = False  # any failure-indicating line
+    failing: bool = False  # a line that says something failed (the last lines a log happened to end on do not)
     peer_gone: bool = False
     timed_out: bool = False
     agent: bool = False  # the launcher logged here (see AGENT)
@@ -87,9 +88,9 @@ def verdicts(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray) 
     for scan, tmap in zip(used, maps, strict=True):
         node = nodes.setdefault(scan.node, _Node())
         failed = failure[tmap]
-        node.failing |= bool(failed.any())
         for k, shape in enumerate(scan.shapes):
             example = scan.examples[k]
+            node.failing |= bool(failed[k]) and stages.failure_weight(shape) != stages.UNWORDED
             node.agent |= AGENT.search(shape) is not None or AGENT.search(example) is not None  # paths: masked
             if HEARTBEAT.search(example) and (when := timestamp(example)) is not None:
                 node.heartbeat_time = min(when, node.heartbeat_time or when)
@@ -108,7 +109,9 @@ def verdicts(used: list[FileScan], maps: list[np.ndarray], failure: np.ndarray) 
         return []  # no launcher verdict to read (the simulated NCCL jobs: the counts and peer names decide)
     failing = [n for n, v in nodes.items() if v.failing or v.report]
     vanished = [n for n, v in nodes.items() if not v.failing and not v.report]
-    if vanished and failing and len(vanished) <= len(nodes) / 2:
+    # ... and the others noticed a peer go (a closed connection, a timeout), not a failure of their own
+    noticed = any(nodes[n].peer_gone or nodes[n].timed_out for n in failing)
+    if vanished and failing and noticed and len(vanished) <= len(nodes) / 2:
         return [Verdict(n, "lost: its log ends without an error while every other node reports the failure")
                 for n in vanished]
     # every rank timed out in gloo: no node hung (a hung rank logs no timeout), whatever its launcher reported
