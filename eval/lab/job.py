@@ -108,10 +108,7 @@ class Job:
                        PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1",
                        LAB_LAUNCHER=self.spec["launcher"])
             if i == fault["node"] and fault["kind"] in TRAIN_FAULTS:
-                # a missing shard is the faulty process's own: torchrun's rendezvous gives global ranks in the order
-                # the nodes arrive, so which rank a node runs is known only inside it (eval/lab/train.py removes it)
-                env["LAB_FAULT"] = json.dumps({**fault, "own_shard": True} if fault["kind"] == "missing_shard"
-                                              else fault)
+                env["LAB_FAULT"] = json.dumps(fault)
                 if fault["kind"] == "oom_cgroup":
                     env["LAB_MEMCG"] = self.spec["memcg"]
             if i == fault["node"] and fault["kind"] == "ifname":

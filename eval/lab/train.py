@@ -116,8 +116,9 @@ def main() -> int:
         cache = data_dir / f"cache-{os.uname().nodename}.bin"
         with cache.open("wb") as fh:
             fh.write(os.urandom(read_mb * 2**20))
-    if mine and fault["kind"] == "missing_shard" and fault.get("own_shard"):
-        # purged before training reaches it: this process's own shard (its global rank is known only here)
+    if mine and fault["kind"] == "missing_shard":
+        # purged before training reaches it: this process's own shard. Which global rank a node runs is known only
+        # here (torchrun's rendezvous numbers the nodes in the order they arrive)
         (data_dir / f"shard-{rank:03d}-{(int(fault['step']) - 1) // STEPS_PER_SHARD:02d}.npy").unlink()
         _mark("shard removed")
     say(f"training for {steps} steps")
