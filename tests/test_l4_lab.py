@@ -83,6 +83,15 @@ def test_a_node_still_waiting_is_not_lost() -> None:
     assert not any(event.startswith("lost") for node in nodes for event in node.events)
 
 
+def test_torchrun_is_known_by_its_entry_point_when_the_rendezvous_logged_nothing() -> None:
+    """v2-212-009: a wrong GLOO_SOCKET_IFNAME on one node of two; its ranks fail at once, the other node's time out
+    12 s later. torchrun's rendezvous logged nothing, its agent's traceback names torch/distributed/run.py: the
+    agents' reports are read, and the first names the node."""
+    top = localize(LAB / "v2-212-009" / "logs", engine="local").nodes[0]
+    assert top.node == _truth("v2-212-009")["faulty_node"]
+    assert top.events[0].startswith("first to fail")
+
+
 def test_a_starved_node_is_the_one_that_missed_its_heartbeat() -> None:
     """v2-208-012: one node of six under a CPU quota of 1 ms a second; nothing fails until the lab stops the job,
     and only that node's torchrun agent missed its keep-alive heartbeat to the rendezvous, 35 s before."""

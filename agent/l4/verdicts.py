@@ -35,10 +35,11 @@ from agent.l4.scan import FileScan
 
 # A launcher's report that one of its workers died (torchrun's elastic agent; the DeepSpeed launcher).
 REPORT = re.compile(r"failed \(exitcode: -?<\*>\)|failed \(exitcode: -?\d+\)|exits with return code", re.I)
-# The launcher's own lines, which say that its reports are in these logs: torchrun's rendezvous, Accelerate's
-# `accelerate launch` (it runs torch's elastic agent with a static rendezvous, which logs nothing at start: its
-# frames in the agent's traceback name it), the DeepSpeed launcher's start-up lines on every node.
-AGENT = re.compile(r"torch/distributed/elastic/rendezvous/|accelerate/commands/launch\.py|"
+# The launcher's own lines, which say that its reports are in these logs: torchrun's rendezvous, or its entry point
+# in the agent's traceback when the rendezvous logged nothing, Accelerate's `accelerate launch` (it runs torch's
+# elastic agent with a static rendezvous, which logs nothing at start: its frames in the agent's traceback name it),
+# the DeepSpeed launcher's start-up lines on every node.
+AGENT = re.compile(r"torch/distributed/elastic/rendezvous/|torch/distributed/run\.py|accelerate/commands/launch\.py|"
                    r"\[launch\.py:[^\]]*:main\] (?:WORLD INFO DICT|nnodes=)")
 # A reaction to a peer that went away actively (its socket was closed when it died) ...
 PEER_GONE = re.compile(r"closed by (?:remote )?peer|reset by peer|broken pipe|connection (?:was likely )?closed|"
