@@ -65,12 +65,17 @@ print(f"collector overhead: {r.overhead_pct_of_core:.2f} % of one core, "
       f"{r.overhead_pct_of_host:.2f} % of the host's {r.cpus} CPUs", flush=True)
 """
 
+KINDS = ("second_process", "all_cores_busy", "host_memory")
+
 
 def main() -> None:
     out, duration = Path(sys.argv[1]), float(sys.argv[2])
     plan = [(k, float(s), float(length)) for k, s, length in (a.split(":") for a in sys.argv[3:])]
+    unknown = {k for k, _, _ in plan} - set(KINDS)
+    if unknown:
+        sys.exit(f"unknown anomaly kind(s) {sorted(unknown)}; known: {', '.join(KINDS)}")
     out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # the repository: agent.reveal
     began = time.time()
     collector = subprocess.Popen([sys.executable, "-c", COLLECT, str(out / "telemetry.csv"), str(duration)],
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -90,7 +95,7 @@ def main() -> None:
                 for hog in hogs:
                     hog.wait()
                 times = [t, time.time()]
-            elif kind == "host_memory":
+            else:  # host_memory
                 gib = max(1, int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 * 0.3))
                 run = subprocess.run([sys.executable, "-c", MEMORY, str(gib), str(length)], capture_output=True,
                                      text=True, timeout=length + 120)
