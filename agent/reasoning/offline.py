@@ -28,6 +28,7 @@ from agent.reasoning.base import (
     PastIncident,
     Usage,
 )
+from agent.reasoning.lexicon import lexicon
 from agent.reasoning.statements import stated_leaves
 from agent.taxonomy import Taxonomy
 
@@ -39,6 +40,9 @@ KEEP_AT_ROOT = 3  # categories explored even without a signal: the incident text
 KEEP_BELOW = 1
 STATED = 1.0  # the customer says a version of this library works or fails, or that it changed: as strong as an Xid
 SYMPTOM = 0.3  # the job failed the way this cause fails jobs (slow, hang, NaN, reboot ...): a hint, not a line
+# per standard deviation the incident's words match the leaf's documentation above the average leaf's
+# (reasoning/lexicon.py); chosen on the dev incidents' reading (eval/results/reading.md)
+WORDS = 0.25
 # how relevant a suggestion is to this incident (pipeline 3 ranks by it): similarity to the incident, plus
 TEXT_FIT = 0.5  # its signatures or Xids in the incident's lines
 WEAK_EVIDENCE = 0.3  # a check found something that points at it, too weak to confirm
@@ -81,6 +85,7 @@ class OfflineReasoner:
         self._query_vectors: dict[str, np.ndarray] = {}
         self._stated: dict[str, dict[str, str]] = {}
         self._shown: dict[str, dict[str, str]] = {}
+        self._words: dict[str, dict[str, float]] = {}
 
     # ---- text signals -------------------------------------------------------------------------------------
     @cached_property
@@ -134,6 +139,14 @@ class OfflineReasoner:
         shown = self._shown[summary.text]
         return {name: shown[name] for name in self.taxonomy.node(label).symptoms if name in shown}
 
+    def word_match(self, summary: IncidentSummary, label: str) -> float:
+        """How far above the average leaf the incident's words match this node's documentation (an internal node:
+        its best leaf's)."""
+        if summary.text not in self._words:
+            self._words = {summary.text: lexicon(self.taxonomy).scores(summary.text)}
+        words = self._words[summary.text]
+        return max((words.get(leaf.label, 0.0) for leaf in self.taxonomy.leaves(label)), default=0.0)
+
     # ---- Reasoner -----------------------------------------------------------------------------------------
     def summarize(self, incident: Incident) -> IncidentSummary:
         # the environment (SKU, driver, OFED/HPC-X, PSU ...) is evidence too: signatures may match it
@@ -164,8 +177,9 @@ class OfflineReasoner:
             prior = priors.get(child.label, 0.0)
             said = self.stated(summary, child.label)
             shows = self.symptom_hit(summary, child.label)
+            words = self.word_match(summary, child.label)
             score = (min(hits, 3) * 0.5 + xid * 1.0 + sims[child.label] * 1.5 + prior + seen + STATED * bool(said)
-                     + SYMPTOM * bool(shows))
+                     + SYMPTOM * bool(shows) + WORDS * words)
             why = ", ".join(part for part in (
                 f"{hits} signature(s) in the incident" if hits else "",
                 "Xid code in the incident" if xid else "",
@@ -174,6 +188,7 @@ class OfflineReasoner:
                 if shows else "",
                 f"check evidence {seen:.1f}" if seen else "",
                 f"similar past incidents {prior:.2f}" if prior else "",
+                f"its documentation's words {words:+.1f} sd" if words >= 1.0 else "",
                 f"text similarity {sims[child.label]:.2f}")
                 if part)
             signal = hits > 0 or xid or seen > 0 or prior >= 0.3 or bool(said)
