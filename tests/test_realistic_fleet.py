@@ -294,6 +294,21 @@ def test_when_nothing_confirmed_ties_to_the_incident_its_likeliest_untested_caus
     assert graph.after_dfs(state.merged(update)) == "corroborate"  # once: then the run concludes (and escalates)
 
 
+def test_a_cause_history_found_that_nothing_ties_does_not_end_the_search() -> None:
+    """Pipeline 1 confirmed a past incident's cause; nothing ties it to this one: the incident's likeliest untested
+    causes are tested first, as after the walk. A tied one goes straight to corroboration."""
+    graph = DiagnosisGraph.without_hosts(TAXONOMY)
+    text = "RuntimeError: CUDA error: uncorrectable ECC error encountered; Xid 48"
+    port = judgement(PORT_DOWN, ["nic_config:port_down@mlx5_7 (FAIL)"])
+    state = DiagnosisState(judgements=[port], incident=Incident(text=text), summary=summary(text), pipeline=1)
+    assert graph.after_historical(state) == "follow_reading"
+    assert graph.after_historical(state.merged({"read_followed": True})) == "corroborate"
+    ecc = judgement(ECC, ["gpu_memory_errors:ecc_uncorrectable@GPU1 (FAIL)", "xid_scan:xid_48@GPU1 (FAIL)"])
+    tied = DiagnosisState(judgements=[ecc], incident=Incident(text=text), summary=summary(text), pipeline=1)
+    assert graph.after_historical(tied) == "corroborate"
+    assert graph.after_historical(state.merged({"pipeline": 0})) == "dfs_init"
+
+
 def test_only_confirmed_causes_tied_to_the_incident_are_corroborated(monkeypatch: pytest.MonkeyPatch) -> None:
     graph = DiagnosisGraph.without_hosts(TAXONOMY)
     text = "RuntimeError: CUDA error: uncorrectable ECC error encountered on GPU 1; Xid 48"

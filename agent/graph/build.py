@@ -2,6 +2,7 @@
 
 summarize → inventory → pretriage ─no host can be checked→ conclude
                           └→ historical (pipeline 1) ─confirmed→ corroborate → conclude
+                                   ─confirmed, but none ties to the incident→ follow_reading → corroborate
                                    └→ dfs_init → dfs (pipeline 2, one step per super-step, explicit stack)
                                         ─confirmed→ corroborate → conclude
                                         ─confirmed, but none ties to the incident→ follow_reading (the incident's
@@ -86,11 +87,14 @@ class DiagnosisGraph:
     def after_pretriage(state: DiagnosisState) -> str:
         return "conclude" if not state.checkable_hosts() or state.stopped else "historical"
 
-    @staticmethod
-    def after_historical(state: DiagnosisState) -> str:
+    def after_historical(self, state: DiagnosisState) -> str:
         if state.stopped:
             return "conclude"
-        return "corroborate" if state.pipeline == 1 else "dfs_init"
+        if state.pipeline != 1:
+            return "dfs_init"
+        # a past incident's cause found on the hosts that nothing ties to this one may be an old problem: the
+        # incident's likeliest causes are tested before it is named, as after the walk
+        return "follow_reading" if self._follow(state) else "corroborate"
 
     def after_dfs(self, state: DiagnosisState) -> str:
         if state.stopped:
@@ -98,10 +102,12 @@ class DiagnosisGraph:
         if state.stack:
             return "dfs"
         if any(j.status == "confirmed" for j in state.judgements):
-            if not state.read_followed and not self.conclusion.tied(state) and self.reading.unread(state):
-                return "follow_reading"
-            return "corroborate"
+            return "follow_reading" if self._follow(state) else "corroborate"
         return "explore" if state.widened else "widen"
+
+    def _follow(self, state: DiagnosisState) -> bool:
+        """Nothing confirmed ties to the incident and some of its likeliest causes are untested."""
+        return not state.read_followed and not self.conclusion.tied(state) and bool(self.reading.unread(state))
 
     def after_explore(self, state: DiagnosisState) -> str:
         if state.stopped:
@@ -124,7 +130,8 @@ class DiagnosisGraph:
         graph.add_edge("summarize", "inventory")
         graph.add_edge("inventory", "pretriage")
         graph.add_conditional_edges("pretriage", self.after_pretriage, ["historical", "conclude"])
-        graph.add_conditional_edges("historical", self.after_historical, ["corroborate", "dfs_init", "conclude"])
+        graph.add_conditional_edges("historical", self.after_historical,
+                                    ["corroborate", "follow_reading", "dfs_init", "conclude"])
         graph.add_edge("dfs_init", "dfs")
         graph.add_conditional_edges("dfs", self.after_dfs, ["dfs", "follow_reading", "corroborate", "widen", "explore",
                                                             "conclude"])
