@@ -2,9 +2,10 @@
 
 A rule is `check:finding_regex` (the regex must match the whole finding id). A FAIL finding that a rule
 matches is strong evidence, a WARN finding weak; checks of the leaf that ran and found nothing the rules
-match reject it; checks that could not decide (UNKNOWN) never reject. A check that was only not given its input
-(`needs`: `job_logs` without `--logs`, a checkpoint check without its directory) does not hold open a leaf its other
-checks decided.
+match reject it; checks that could not decide (UNKNOWN) never reject, nor does one whose INFO finding an
+`undecided` rule matches (it saw the state and cannot judge it: a version its known-bad list does not name). A check
+that was only not given its input (`needs`: `job_logs` without `--logs`, a checkpoint check without its directory)
+does not hold open a leaf its other checks decided.
 """
 
 from __future__ import annotations
@@ -22,13 +23,15 @@ def _rule(rule: str) -> tuple[str, re.Pattern[str]]:
     return check, re.compile(pattern or ".*")
 
 
-def assess(rules: list[str], results: list[CheckResult]) -> Evidence:
+def assess(rules: list[str], results: list[CheckResult], undecided: list[str] | tuple[str, ...] = ()) -> Evidence:
     compiled = [_rule(r) for r in rules]
+    undecidable = [_rule(r) for r in undecided]
     wanted = {check for check, _ in compiled}
     strong: list[str] = []
     weak: list[str] = []
     passed: list[str] = []
     unknown: list[str] = []
+    still_open: list[str] = []
     mine = [r for r in results if r.check in wanted]
     decided = any(r.verdict != Verdict.UNKNOWN for r in mine)
     for result in mine:
@@ -43,18 +46,22 @@ def assess(rules: list[str], results: list[CheckResult]) -> Evidence:
         for finding in hits:
             entry = f"{result.check}:{finding.id}@{finding.entity or result.host} ({finding.severity})"
             (strong if finding.severity == "FAIL" else weak).append(entry)
-        if not hits:
+        cannot_judge = [f for f in result.findings if f.severity == "INFO"
+                        and any(check == result.check and pattern.fullmatch(f.id) for check, pattern in undecidable)]
+        if not hits and cannot_judge:
+            still_open.extend(f"{where}: {f.message}"[:200] for f in cannot_judge)
+        elif not hits:
             passed.append(where)
     if strong:
         strength = "strong"
     elif weak:
         strength = "weak"
-    elif passed:
+    elif passed and not still_open:
         strength = "none"
-    else:
+    else:  # a host where it could not be ruled out keeps it open, whatever the others say
         strength = "unknown"
     return Evidence(strength=strength, matched=_unique(strong + weak), rejected_by=_unique(passed),
-                    unknown=_unique(unknown))
+                    unknown=_unique(unknown), open=_unique(still_open))
 
 
 def rule_matches(rules: list[str], check: str, finding_id: str) -> bool:

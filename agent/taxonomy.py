@@ -50,6 +50,9 @@ class NodeSpec(BaseModel):
     xids: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list)
     # leaves only: `check:finding_regex` rules saying which check findings confirm the leaf
     evidence: list[Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*:\S*$")]] = Field(default_factory=list)
+    # leaves only: rules of the same form for findings that say a check saw the state but cannot judge it (a version
+    # its known-bad list does not name): such a finding leaves the leaf open rather than rejecting it
+    undecided: list[Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*:\S*$")]] = Field(default_factory=list)
     # leaves only: how the cause shows in a customer's report (agent/reasoning/symptoms.py)
     symptoms: list[Symptom] = Field(default_factory=list)
     children: list[NodeSpec] = Field(default_factory=list, min_length=1)
@@ -69,7 +72,7 @@ class TaxNode(NodeMixin):
     def __init__(self, name: str, description: str = "", severity: str = "medium",
                  signatures: list[str] | None = None, checks: list[str] | None = None, runbook: str = "",
                  xids: list[int] | None = None, evidence: list[str] | None = None, symptoms: list[str] | None = None,
-                 parent: TaxNode | None = None,
+                 undecided: list[str] | None = None, parent: TaxNode | None = None,
                  **extra: Any):
         self.name = name
         self.description = description
@@ -79,6 +82,7 @@ class TaxNode(NodeMixin):
         self.runbook = runbook
         self.xids: list[int] = list(xids or [])
         self.evidence: list[str] = list(evidence or [])
+        self.undecided: list[str] = list(undecided or [])
         self.symptoms: list[str] = list(symptoms or [])
         self.extra = extra
         self.parent = parent
@@ -148,7 +152,9 @@ def _rule_problems(data: dict[str, Any], manifest: Manifest) -> list[str]:
             problems.append(f"{label}: evidence rules belong on leaves only")
         if node.get("symptoms") and node.get("children"):
             problems.append(f"{label}: symptoms belong on leaves only")
-        for rule in node.get("evidence", []):
+        if node.get("undecided") and node.get("children"):
+            problems.append(f"{label}: undecided rules belong on leaves only")
+        for rule in [*node.get("evidence", []), *node.get("undecided", [])]:
             check, _, pattern = rule.partition(":")
             if check not in node.get("checks", []):
                 problems.append(f"{label}: evidence rule {rule!r} names a check the leaf does not list")

@@ -151,6 +151,9 @@ def taxonomy_page(tree: dict[str, Any] | None = None) -> str:
             out.append("; ".join(facts) + "\n\n")
         if node.get("evidence"):
             out.append("Evidence rules: " + ", ".join(f"`{r}`" for r in node["evidence"]) + "\n\n")
+        if node.get("undecided"):
+            out.append("Left open by: " + ", ".join(f"`{r}`" for r in node["undecided"])
+                       + " (the check saw the state and cannot judge it)\n\n")
         if node.get("runbook"):
             out.append(f"**Runbook.** {node['runbook'].strip()}\n\n")
         if node.get("signatures"):

@@ -439,6 +439,18 @@ def test_framework_failures(fake_tools: FakeTools, change: dict[str, Any], drive
     assert result["verdict"] == "FAIL" and fid in ids(result), result["findings"]
 
 
+def test_framework_names_the_versions_its_list_cannot_judge(fake_tools: FakeTools) -> None:
+    """A release the known-bad list does not name is said to be unjudged (INFO), so its bug leaf stays open; a listed
+    one is a FAIL and is not also called unlisted."""
+    framework(fake_tools, {**PROBE, "packages": {**PROBE["packages"], "deepspeed": "0.13.2+fa0c9a7"}})
+    result = run_script("framework_versions.py", fake_tools.env(), params())
+    unlisted = {f["id"]: f for f in result["findings"] if f["id"].startswith("unlisted_")}
+    assert set(unlisted) == {"unlisted_nccl", "unlisted_accelerate", "unlisted_driver"}, result["findings"]
+    assert {f["severity"] for f in unlisted.values()} == {"INFO"}
+    assert "NCCL 2.18.5 is not in the known-bad list" in unlisted["unlisted_nccl"]["message"]
+    assert "known_bad_deepspeed" in ids(result)
+
+
 def test_framework_without_known_bad_list_is_unknown(fake_tools: FakeTools) -> None:
     framework(fake_tools, PROBE)
     result = run_script("framework_versions.py", fake_tools.env(), {"profile": H100})

@@ -59,6 +59,8 @@ class Evidence(BaseModel):
     matched: list[str] = Field(default_factory=list)  # "check:finding_id@entity (SEVERITY)"
     rejected_by: list[str] = Field(default_factory=list)  # checks that ran and passed
     unknown: list[str] = Field(default_factory=list)  # checks that could not decide
+    # checks that saw the state and cannot judge it (a version their known-bad list does not name): they reject nothing
+    open: list[str] = Field(default_factory=list)
 
 
 class LeafJudgement(BaseModel):

@@ -221,7 +221,8 @@ class OfflineReasoner:
         else:
             status, confidence = "inconclusive", 0.25 if fit else 0.1
             why = "its checks could not decide" + (" but the incident text points to it" if fit else "")
-        detail = "; ".join(evidence.matched[:4] or evidence.rejected_by[:3] or evidence.unknown[:2])
+        detail = "; ".join(evidence.matched[:4] or evidence.open[:2] or evidence.rejected_by[:3]
+                           or evidence.unknown[:2])
         return LeafJudgement(label=leaf.label, status=status, confidence=round(confidence, 3),
                              why=f"{why}: {detail}" if detail else why, evidence=evidence)
 

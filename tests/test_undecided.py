@@ -1,0 +1,59 @@
+"""A version the known-bad list does not name clears nothing: the version-bug leaf stays open (inconclusive, with
+the reason), it is neither confirmed nor rejected."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.agents.reading import node_info
+from agent.evidence import assess
+from agent.incident import Incident
+from agent.models import CheckResult, Finding, Verdict
+from agent.reasoning.offline import OfflineReasoner
+from agent.taxonomy import load_taxonomy
+
+LEAF = "FRAMEWORK_LIBRARY.DEEPSPEED.BUG"
+UNLISTED = Finding(id="unlisted_deepspeed", severity="INFO", entity="DeepSpeed 0.6.1",
+                   message="DeepSpeed 0.6.1 is not in the known-bad list: a bug of this release is neither confirmed "
+                           "nor ruled out")
+
+
+def versions(host: str, *findings: Finding) -> CheckResult:
+    verdict = Verdict.FAIL if any(f.severity == "FAIL" for f in findings) else Verdict.PASS
+    return CheckResult(check="framework_versions", host=host, verdict=verdict, findings=list(findings))
+
+
+@pytest.fixture(scope="module")
+def taxonomy():
+    return load_taxonomy()
+
+
+def test_an_unlisted_release_leaves_the_leaf_open(taxonomy):
+    leaf = taxonomy.node(LEAF)
+    assert leaf.undecided == ["framework_versions:unlisted_deepspeed"]
+    evidence = assess(leaf.evidence, [versions("n1", UNLISTED)], leaf.undecided)
+    assert (evidence.strength, evidence.rejected_by) == ("unknown", [])
+    assert evidence.open and "not in the known-bad list" in evidence.open[0]
+    # a host without DeepSpeed says nothing about the one that runs it
+    assert assess(leaf.evidence, [versions("n1", UNLISTED), versions("n2")], leaf.undecided).strength == "unknown"
+    # without the rule (another leaf of the same check) the finding rejects nothing and decides nothing
+    assert assess(leaf.evidence, [versions("n1", UNLISTED)]).strength == "none"
+
+
+def test_a_listed_release_still_confirms_and_no_deepspeed_still_rejects(taxonomy):
+    leaf = taxonomy.node(LEAF)
+    bad = Finding(id="known_bad_deepspeed", severity="FAIL", entity="DeepSpeed 0.13.2")
+    assert assess(leaf.evidence, [versions("n1", bad)], leaf.undecided).strength == "strong"
+    assert assess(leaf.evidence, [versions("n1")], leaf.undecided).strength == "none"
+
+
+def test_the_judgement_says_why_it_is_open(taxonomy):
+    reader = OfflineReasoner(taxonomy)
+    leaf = taxonomy.node(LEAF)
+    results = [versions("n1", UNLISTED)]
+    summary = reader.summarize(Incident(text="ZeRO stage 3 with offloading crashes in deepspeed/runtime/zero/"
+                                             "stage3.py; DeepSpeed 0.5.8 works, 0.6.1 fails"))
+    judgement = reader.validate_leaf(summary, node_info(taxonomy, LEAF),
+                                     assess(leaf.evidence, results, leaf.undecided), results)
+    assert judgement.status == "inconclusive"
+    assert "DeepSpeed 0.6.1 is not in the known-bad list" in judgement.why
