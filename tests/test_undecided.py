@@ -57,3 +57,16 @@ def test_the_judgement_says_why_it_is_open(taxonomy):
                                      assess(leaf.evidence, results, leaf.undecided), results)
     assert judgement.status == "inconclusive"
     assert "DeepSpeed 0.6.1 is not in the known-bad list" in judgement.why
+
+
+def test_an_open_release_is_a_lead_only_when_the_incident_points_at_it(taxonomy):
+    reader = OfflineReasoner(taxonomy)
+    leaf = taxonomy.node(LEAF)
+    results = [versions("n1", UNLISTED)]
+    evidence = assess(leaf.evidence, results, leaf.undecided)
+    titles = []
+    for text in ("ZeRO stage 3 offload crashes in deepspeed/runtime/zero/stage3.py", "NCCL all_reduce hangs on IB"):
+        summary = reader.summarize(Incident(text=text))
+        judgement = reader.validate_leaf(summary, node_info(taxonomy, LEAF), evidence, results)
+        titles.append([h.title for h in reader.explore(summary, [], [], [judgement])])
+    assert titles == [[f"Unverified: {LEAF}"], []]

@@ -507,6 +507,8 @@ def report_panel(report: Report, *, resume_hint: str = "", approve_hint: str = C
             parts.append(Text.from_markup("\n[bold]worth looking at next[/]", emoji=False))
             for h in report.exploration[:4]:
                 parts.append(Text.from_markup(f" • {escape(_clip(h.title, 160))}", emoji=False))
+                if h.related_labels and h.why:  # an undecided leaf: why its checks could not decide it
+                    parts.append(_grid([("why", escape(_clip(h.why, 240)))], indent=3))
                 if h.steps:
                     parts.append(_grid([("-", escape(_clip(s, 160))) for s in h.steps[:3]], indent=3))
     waiting = sorted({r.check for r in report.results

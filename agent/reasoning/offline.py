@@ -230,12 +230,16 @@ class OfflineReasoner:
                 tested: list[LeafJudgement]) -> list[ExplorationHypothesis]:
         """Leaves the checks could not decide, knowledge-base guides and warnings, most relevant to this incident
         first: a leaf left open only because its check had nothing to read (no checkpoint directory given) is not
-        a lead unless the incident points at it."""
+        a lead unless the incident points at it, nor is one left open only because the known-bad list does not name
+        the installed release (every release of every library is that)."""
         scored: list[tuple[float, ExplorationHypothesis]] = []
         leaves = self.taxonomy.labels(leaves_only=True)
         sims = self.similarity(summary, leaves) if any(j.status == "inconclusive" for j in tested) else {}
         for judgement in tested:
             if judgement.status != "inconclusive":
+                continue
+            if (judgement.evidence.open and not judgement.evidence.unknown
+                    and not (self.text_fit(summary, judgement.label) or self.stated(summary, judgement.label))):
                 continue
             node = self.taxonomy.node(judgement.label)
             scored.append((self._relevance(summary, judgement, sims), ExplorationHypothesis(
