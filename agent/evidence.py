@@ -32,13 +32,17 @@ def assess(rules: list[str], results: list[CheckResult], undecided: list[str] | 
     passed: list[str] = []
     unknown: list[str] = []
     still_open: list[str] = []
+    unasked: list[str] = []
     mine = [r for r in results if r.check in wanted]
     decided = any(r.verdict != Verdict.UNKNOWN for r in mine)
     for result in mine:
         where = f"{result.check}@{result.host}"
         if result.verdict == Verdict.UNKNOWN:
-            if decided and result.needs:
-                continue  # it was not given what it reads (the job's logs): the checks that ran decide
+            if result.needs:
+                # it was not given what it reads (the job's logs): nothing was hidden, the checks that ran decide
+                if not decided:
+                    unasked.append(f"{where}: {result.reason or result.summary}"[:200])
+                continue
             unknown.append(f"{where}: {result.reason or result.summary}"[:200])
             continue
         hits = [f for f in result.findings if f.severity in ("FAIL", "WARN")
@@ -61,7 +65,7 @@ def assess(rules: list[str], results: list[CheckResult], undecided: list[str] | 
     else:  # a host where it could not be ruled out keeps it open, whatever the others say
         strength = "unknown"
     return Evidence(strength=strength, matched=_unique(strong + weak), rejected_by=_unique(passed),
-                    unknown=_unique(unknown), open=_unique(still_open))
+                    unknown=_unique(unknown), unasked=_unique(unasked), open=_unique(still_open))
 
 
 def rule_matches(rules: list[str], check: str, finding_id: str) -> bool:

@@ -234,7 +234,8 @@ def test_without_logs_the_leafs_other_checks_decide() -> None:
     assert assess(rules, [unattached, clean]).strength == "none"
     assert assess(rules, [unattached, clean]).unknown == []
     alone = assess(["job_logs:python_exception"], [unattached])
-    assert alone.strength == "unknown" and alone.unknown
+    # open, but nothing was hidden: not given its input is no view's blind spot
+    assert alone.strength == "unknown" and alone.unasked and alone.unknown == []
     refused = unattached.model_copy(update={"needs": ""})  # UNKNOWN for another reason: it still holds it open
     assert assess(rules, [refused, clean]).unknown
 

@@ -70,3 +70,19 @@ def test_an_open_release_is_a_lead_only_when_the_incident_points_at_it(taxonomy)
         judgement = reader.validate_leaf(summary, node_info(taxonomy, LEAF), evidence, results)
         titles.append([h.title for h in reader.explore(summary, [], [], [judgement])])
     assert titles == [[f"Unverified: {LEAF}"], []]
+
+
+def test_a_leaf_only_an_unattached_log_could_decide_is_no_lead_and_no_blind_spot(taxonomy):
+    """job_logs without --logs is UNKNOWN for want of its input: the leaf stays open, but nothing was hidden from
+    this view (no suspicion, no 'could not be checked here'), and it is suggested only when the incident points
+    at it."""
+    reader = OfflineReasoner(taxonomy)
+    leaf = "OTHER.STORAGE.DISK_FULL"
+    unattached = CheckResult(check="job_logs", host="n1", verdict=Verdict.UNKNOWN, needs="logs",
+                             summary="no job logs attached to the incident (aidai diagnose --logs DIR)")
+    evidence = assess(taxonomy.node(leaf).evidence, [unattached], taxonomy.node(leaf).undecided)
+    assert (evidence.strength, evidence.unknown) == ("unknown", []) and evidence.unasked
+    summary = reader.summarize(Incident(text="NCCL all_reduce hangs on IB after 30 minutes"))
+    judgement = reader.validate_leaf(summary, node_info(taxonomy, leaf), evidence, [unattached])
+    assert judgement.status == "inconclusive" and "no job logs attached" in judgement.why
+    assert reader.explore(summary, [], [], [judgement]) == []

@@ -110,9 +110,8 @@ def suspected(taxonomy: Taxonomy, judgements: list[LeafJudgement], results: list
             continue
         commands = list(dict.fromkeys(cmd for r in blind for cmd in r.cmds))
         commands += [f"aidai checks run {check} --host <the host>" for check in sorted({r.check for r in blind})]
-        unasked = {f"{r.check}@{r.host}:" for r in results if r.check in checks and r.needs}
-        why = [u for u in judgement.evidence.unknown if u.split(" ", 1)[0] not in unasked]
-        out.append(Suspected(label=label, rank=reading[label], why="; ".join(why[:3]), commands=commands))
+        out.append(Suspected(label=label, rank=reading[label], why="; ".join(judgement.evidence.unknown[:3]),
+                             commands=commands))
     return out
 
 

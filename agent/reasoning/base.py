@@ -58,7 +58,9 @@ class Evidence(BaseModel):
     strength: EvidenceStrength
     matched: list[str] = Field(default_factory=list)  # "check:finding_id@entity (SEVERITY)"
     rejected_by: list[str] = Field(default_factory=list)  # checks that ran and passed
-    unknown: list[str] = Field(default_factory=list)  # checks that could not decide
+    unknown: list[str] = Field(default_factory=list)  # checks that could not decide: this view hid something
+    # checks not given an input they read (the job's logs, a checkpoint directory): they hid nothing
+    unasked: list[str] = Field(default_factory=list)
     # checks that saw the state and cannot judge it (a version their known-bad list does not name): they reject nothing
     open: list[str] = Field(default_factory=list)
 

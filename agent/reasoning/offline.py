@@ -140,12 +140,14 @@ class OfflineReasoner:
         return {name: shown[name] for name in self.taxonomy.node(label).symptoms if name in shown}
 
     def word_match(self, summary: IncidentSummary, label: str) -> float:
-        """How far above the average leaf the incident's words match this node's documentation (an internal node:
-        its best leaf's)."""
+        """How far above the average leaf the incident's words match this leaf's documentation. A category gets
+        none: the best of its many leaves would favour the biggest categories, not the likeliest."""
+        node = self.taxonomy.node(label)
+        if not node.is_leaf:
+            return 0.0
         if summary.text not in self._words:
             self._words = {summary.text: lexicon(self.taxonomy).scores(summary.text)}
-        words = self._words[summary.text]
-        return max((words.get(leaf.label, 0.0) for leaf in self.taxonomy.leaves(label)), default=0.0)
+        return self._words[summary.text].get(label, 0.0)
 
     # ---- Reasoner -----------------------------------------------------------------------------------------
     def summarize(self, incident: Incident) -> IncidentSummary:
@@ -222,23 +224,23 @@ class OfflineReasoner:
             status, confidence = "inconclusive", 0.25 if fit else 0.1
             why = "its checks could not decide" + (" but the incident text points to it" if fit else "")
         detail = "; ".join(evidence.matched[:4] or evidence.open[:2] or evidence.rejected_by[:3]
-                           or evidence.unknown[:2])
+                           or evidence.unknown[:2] or evidence.unasked[:2])
         return LeafJudgement(label=leaf.label, status=status, confidence=round(confidence, 3),
                              why=f"{why}: {detail}" if detail else why, evidence=evidence)
 
     def explore(self, summary: IncidentSummary, memory: list[Observation], passages: list[KBPassage],
                 tested: list[LeafJudgement]) -> list[ExplorationHypothesis]:
         """Leaves the checks could not decide, knowledge-base guides and warnings, most relevant to this incident
-        first: a leaf left open only because its check had nothing to read (no checkpoint directory given) is not
-        a lead unless the incident points at it, nor is one left open only because the known-bad list does not name
-        the installed release (every release of every library is that)."""
+        first. A leaf nothing hid — open only because its check had nothing to read (no logs, no checkpoint
+        directory) or because the known-bad list does not name the installed release (every release of every
+        library is that) — is a lead only when the incident points at it."""
         scored: list[tuple[float, ExplorationHypothesis]] = []
         leaves = self.taxonomy.labels(leaves_only=True)
         sims = self.similarity(summary, leaves) if any(j.status == "inconclusive" for j in tested) else {}
         for judgement in tested:
             if judgement.status != "inconclusive":
                 continue
-            if (judgement.evidence.open and not judgement.evidence.unknown
+            if (not judgement.evidence.unknown
                     and not (self.text_fit(summary, judgement.label) or self.stated(summary, judgement.label))):
                 continue
             node = self.taxonomy.node(judgement.label)

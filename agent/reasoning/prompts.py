@@ -180,7 +180,8 @@ def results_block(results: list[CheckResult], budget: int = MEMORY_BUDGET) -> st
 def evidence_block(evidence: Evidence) -> str:
     return clip(f"evidence strength: {evidence.strength}\nmatched findings: {', '.join(evidence.matched) or 'none'}"
                 f"\npassed checks: {', '.join(evidence.rejected_by) or 'none'}"
-                f"\nundecided checks: {', '.join(evidence.unknown) or 'none'}", 900)
+                f"\nundecided checks: {', '.join([*evidence.unknown, *evidence.open, *evidence.unasked]) or 'none'}",
+                900)
 
 
 def history_block(candidates: list[PastIncident], budget: int = 3600) -> str:
