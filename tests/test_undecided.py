@@ -9,6 +9,7 @@ from agent.agents.reading import node_info
 from agent.evidence import assess
 from agent.incident import Incident
 from agent.models import CheckResult, Finding, Verdict
+from agent.reasoning.base import Evidence, LeafJudgement
 from agent.reasoning.offline import OfflineReasoner
 from agent.taxonomy import load_taxonomy
 
@@ -86,3 +87,12 @@ def test_a_leaf_only_an_unattached_log_could_decide_is_no_lead_and_no_blind_spot
     judgement = reader.validate_leaf(summary, node_info(taxonomy, leaf), evidence, [unattached])
     assert judgement.status == "inconclusive" and "no job logs attached" in judgement.why
     assert reader.explore(summary, [], [], [judgement]) == []
+
+
+def test_a_weak_finding_stays_a_lead(taxonomy):
+    reader = OfflineReasoner(taxonomy)
+    leaf = "SYSTEM_SOFTWARE.DRIVER.PERSISTENCE_MODE_DISABLED"
+    weak = LeafJudgement(label=leaf, status="inconclusive", confidence=0.3, why="weak check evidence only",
+                         evidence=Evidence(strength="weak", matched=["driver_health:persistence_off@GPU0 (WARN)"]))
+    summary = reader.summarize(Incident(text="NCCL all_reduce hangs on IB after 30 minutes"))
+    assert [h.title for h in reader.explore(summary, [], [], [weak])] == [f"Unverified: {leaf}"]

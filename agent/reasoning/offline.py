@@ -240,8 +240,8 @@ class OfflineReasoner:
         for judgement in tested:
             if judgement.status != "inconclusive":
                 continue
-            if (not judgement.evidence.unknown
-                    and not (self.text_fit(summary, judgement.label) or self.stated(summary, judgement.label))):
+            nothing_hid = not judgement.evidence.unknown and not judgement.evidence.matched  # no weak finding either
+            if nothing_hid and not (self.text_fit(summary, judgement.label) or self.stated(summary, judgement.label)):
                 continue
             node = self.taxonomy.node(judgement.label)
             scored.append((self._relevance(summary, judgement, sims), ExplorationHypothesis(
