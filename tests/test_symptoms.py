@@ -70,7 +70,8 @@ def flat_embed(texts: list[str]) -> np.ndarray:
     return np.ones((len(texts), 4)) / 2.0
 
 
-def test_a_vague_report_ranks_the_causes_that_fail_jobs_that_way_first() -> None:
+def test_a_vague_report_ranks_the_causes_that_fail_jobs_that_way_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(offline, "WORDS", 0.0)  # the symptom signal alone: the documentation's words are their own test
     reasoner = OfflineReasoner(TAXONOMY, embed=flat_embed)
     summary = reasoner.summarize(Incident(text="Our fine-tuning run became 4x slower after the move to the new rack"))
     leaves = [NodeInfo(label=leaf.label, description=leaf.description) for leaf in TAXONOMY.leaves()]
