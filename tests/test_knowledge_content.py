@@ -87,6 +87,15 @@ def test_passages_are_bounded_and_actionable(path: Path) -> None:
     assert steps >= 5, "give the reasoner concrete bullet steps"
 
 
+@pytest.mark.parametrize("path", DOCS, ids=_doc_id)
+def test_section_nodes_are_the_docs_own(path: Path) -> None:
+    """A section names fewer of its doc's causes, never others (the doc's front matter lists what it covers)."""
+    meta, _ = split_front_matter(path.read_text(encoding="utf-8"))
+    passages, _ = split_doc(_doc_id(path), path.read_text(encoding="utf-8"))
+    strays = {(p.heading, n) for p in passages for n in p.nodes if n not in (meta or {}).get("nodes", [])}
+    assert not strays, f"section nodes not in the doc's nodes: {sorted(strays)}"
+
+
 def test_titles_are_unique(parsed: dict[str, tuple[dict, list[Passage]]]) -> None:
     titles = Counter(meta["title"] for meta, _ in parsed.values())
     assert not [t for t, n in titles.items() if n > 1]

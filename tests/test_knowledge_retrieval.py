@@ -329,6 +329,23 @@ def test_kb_docs_split_at_level_two_headings_keeping_title_and_heading() -> None
     assert passages == [] and "not valid YAML" in problems[0]
 
 
+def test_a_section_can_name_fewer_of_the_docs_causes() -> None:
+    doc = ("---\ntitle: Memory\nnodes: [GPU.MEMORY, GPU.MEMORY.UNCORRECTABLE_ECC, GPU.MEMORY.ROW_REMAP_PENDING]\n"
+           "sources: []\n---\n## Symptoms\n\nXid 48 and Xid 63.\n\n## Row remap pending\n"
+           "<!-- nodes: [GPU.MEMORY.ROW_REMAP_PENDING] -->\n\n- Pending: Yes until a GPU reset.\n\n"
+           "## Broken\n<!-- nodes: [unclosed -->\n\n- text\n")
+    passages, problems = split_doc("mem.md", doc)
+    by_heading = {p.heading: p for p in passages}
+    doc_nodes = ("GPU.MEMORY", "GPU.MEMORY.UNCORRECTABLE_ECC", "GPU.MEMORY.ROW_REMAP_PENDING")
+    assert by_heading["Symptoms"].nodes == doc_nodes
+    assert by_heading["Row remap pending"].nodes == ("GPU.MEMORY.ROW_REMAP_PENDING",)
+    pending = by_heading["Row remap pending"].text
+    assert "<!--" not in pending and "Pending: Yes" in pending
+    # a nodes line that does not parse keeps the doc's nodes, and the author is told
+    assert by_heading["Broken"].nodes == by_heading["Symptoms"].nodes
+    assert len(problems) == 1 and "'Broken'" in problems[0] and "not a list of labels" in problems[0]
+
+
 def test_node_filter_matches_labels_ancestors_and_descendants() -> None:
     assert node_filter([]) is None and node_filter(["ROOT"]) is None
     where = node_filter(["GPU.MEMORY.UNCORRECTABLE_ECC"])

@@ -43,6 +43,10 @@ TAXONOMY = load_taxonomy()
     ("the checkpoint is corrupted after the restart", "data_missing"),
     ("NCCL WARN Call to connect returned Connection refused", "cannot_connect"),
     ("ncclUnhandledCudaError / unhandled system error during init", "cannot_connect"),
+    ("Training is stuck or core dump", "crash"),
+    ("Fatal Python error: Segmentation fault", "crash"),
+    ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory", "crash"),
+    ("the python process died after two epochs", "crash"),
 ])
 def test_each_class_is_read_from_its_usual_wording(text: str, symptom: str) -> None:
     assert symptom in shown(text), shown(text)
@@ -54,6 +58,7 @@ def test_each_class_is_read_from_its_usual_wording(text: str, symptom: str) -> N
     "deployed in the Nanjing region with a finance workload",
     "RuntimeError: CUDA error: an illegal memory access was encountered",
     "we schedule only 4 GPUs per node for this job",
+    "torchrun --nproc_per_node 8 train.py --save-dumps core_dumpster/",
 ])
 def test_ordinary_lines_show_no_symptom(text: str) -> None:
     assert shown(text) == {}

@@ -1,6 +1,8 @@
 """The domain knowledge base (pipeline 3's reading): markdown docs under knowledge/kb/**/*.md, each starting with
 YAML front matter (title, nodes: taxonomy labels it is about, sources), split at `##` headings into passages
 that keep the doc title and the heading, indexed in the Chroma collection "kb_passages" through LlamaIndex.
+A section about fewer of the doc's causes says so on the line below its heading, `<!-- nodes: [LABEL, ...] -->`:
+its passages are about those only (a page on five memory errors has a section per error).
 
 The index is refreshed when the files' hash changes (kept in the collection metadata; only changed passages are
 re-embedded). `query(..., nodes=[...])` keeps passages whose doc is tagged with one of the labels, an ancestor of
@@ -26,12 +28,13 @@ from agent.reasoning.base import KBPassage
 KB_DIR = KNOWLEDGE_DIR / "kb"
 COLLECTION = "kb_passages"  # Chroma wants 3-512 characters: "kb" is refused
 KB_HASH_KEY = "kb_sha256"
-FORMAT_VERSION = "1"  # bump when splitting or stored metadata change: forces a rebuild
+FORMAT_VERSION = "2"  # bump when splitting or stored metadata change: forces a rebuild
 MAX_PASSAGE_CHARS = 1500  # longer sections are cut at paragraph breaks (MiniLM reads ~256 word pieces anyway)
 NODE_FLAG = "node:"  # metadata flag: the doc is tagged with exactly this label
 UNDER_FLAG = "under:"  # metadata flag: the doc is tagged with this label or one below it
 INTRO_HEADING = "Overview"
 _FENCE = re.compile(r"^\s*(```|~~~)")
+SECTION_NODES = re.compile(r"^\s*<!--\s*nodes:\s*(.*?)\s*-->\s*$")
 
 
 @dataclass(frozen=True)
@@ -167,12 +170,30 @@ def split_doc(doc: str, text: str) -> tuple[list[Passage], list[str]]:
         problems.append(f"{doc}: no title in the front matter; using {title!r}")
     passages: list[Passage] = []
     for heading, lines in _sections(body):
+        own, lines, problem = _section_nodes(lines)
+        if problem:
+            problems.append(f"{doc}: section {heading!r}: {problem}")
         for chunk in _chunks(lines):
             passages.append(Passage(doc=doc, title=title, heading=heading, body=chunk, part=len(passages),
-                                    nodes=nodes, sources=sources))
+                                    nodes=own or nodes, sources=sources))
     if not passages:
         problems.append(f"{doc}: no text below the front matter")
     return passages, problems
+
+
+def _section_nodes(lines: list[str]) -> tuple[tuple[str, ...], list[str], str]:
+    """(the labels a section's first line names, its other lines, a problem with that line or '')."""
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    match = SECTION_NODES.match(lines[first]) if first is not None else None
+    if match is None:
+        return (), lines, ""
+    rest = lines[:first] + lines[first + 1:]
+    try:
+        named = yaml.safe_load(match.group(1))
+        labels = tuple(dict.fromkeys(n.strip().strip(".").upper() for n in _as_list(named) if n.strip()))
+    except (yaml.YAMLError, ValueError) as exc:
+        return (), rest, f"its nodes line is not a list of labels ({exc}); the doc's nodes are used"
+    return labels, rest, "" if labels else "its nodes line names no label; the doc's nodes are used"
 
 
 def kb_files(root: Path) -> list[Path]:

@@ -14,7 +14,7 @@ import re
 from typing import Literal, get_args
 
 Symptom = Literal["slow", "hang", "wrong_results", "no_gpu", "reboot", "oom", "killed", "data_missing",
-                  "cannot_connect"]
+                  "cannot_connect", "crash"]
 SYMPTOMS: tuple[str, ...] = get_args(Symptom)
 
 _PHRASES: dict[str, list[str]] = {
@@ -91,6 +91,12 @@ _PHRASES: dict[str, list[str]] = {
         r"\bconnection\s+(?:refused|reset|closed)\b|\bno\s+route\s+to\s+host\b",
         r"\b(?:failed|unable)\s+to\s+(?:connect|establish|bootstrap|rendezvous)",
         r"\bunhandled\s+system\s+error\b",
+    ],
+    # the process died by itself (a signal, an abort, a core dump): not killed by someone, not a reboot
+    "crash": [
+        r"\bsegfault|\bsegmentation\s+fault|\bsig(?:segv|bus|abrt|ill)\b|\bbus\s+error\b|\bcore\s+dump(?:ed|s)?\b",
+        r"\baborted\s+\(core|\bcrash(?:es|ed|ing)?\b",
+        r"\b(?:process|job|training|program|worker|python|trainer|rank)\s+(?:\w+\s+){0,2}(?:died|dies)\b",
     ],
 }
 _PATTERNS: dict[str, list[re.Pattern[str]]] = {
