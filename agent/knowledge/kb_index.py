@@ -185,7 +185,7 @@ def _section_nodes(lines: list[str]) -> tuple[tuple[str, ...], list[str], str]:
     """(the labels a section's first line names, its other lines, a problem with that line or '')."""
     first = next((i for i, line in enumerate(lines) if line.strip()), None)
     match = SECTION_NODES.match(lines[first]) if first is not None else None
-    if match is None:
+    if first is None or match is None:
         return (), lines, ""
     rest = lines[:first] + lines[first + 1:]
     try:
