@@ -55,6 +55,9 @@ class NodeSpec(BaseModel):
     undecided: list[Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*:\S*$")]] = Field(default_factory=list)
     # leaves only: how the cause shows in a customer's report (agent/reasoning/symptoms.py)
     symptoms: list[Symptom] = Field(default_factory=list)
+    # leaves only: the leaves that follow from this cause wherever it is (a node without NVIDIA packages has no
+    # container runtime configured): found together, they are one failure and this leaf its cause
+    implies: list[Text] = Field(default_factory=list)
     children: list[NodeSpec] = Field(default_factory=list, min_length=1)
 
 
@@ -72,7 +75,7 @@ class TaxNode(NodeMixin):
     def __init__(self, name: str, description: str = "", severity: str = "medium",
                  signatures: list[str] | None = None, checks: list[str] | None = None, runbook: str = "",
                  xids: list[int] | None = None, evidence: list[str] | None = None, symptoms: list[str] | None = None,
-                 undecided: list[str] | None = None, parent: TaxNode | None = None,
+                 undecided: list[str] | None = None, implies: list[str] | None = None, parent: TaxNode | None = None,
                  **extra: Any):
         self.name = name
         self.description = description
@@ -84,6 +87,7 @@ class TaxNode(NodeMixin):
         self.evidence: list[str] = list(evidence or [])
         self.undecided: list[str] = list(undecided or [])
         self.symptoms: list[str] = list(symptoms or [])
+        self.implies: list[str] = list(implies or [])
         self.extra = extra
         self.parent = parent
 
@@ -143,7 +147,7 @@ def _rule_problems(data: dict[str, Any], manifest: Manifest) -> list[str]:
         for check in node.get("checks", []):
             if check not in known:
                 problems.append(f"{label}: check {check!r} is not in the manifest")
-        for key in ("checks", "xids", "symptoms"):
+        for key in ("checks", "xids", "symptoms", "implies"):
             if len(set(node.get(key, []))) != len(node.get(key, [])):
                 problems.append(f"{label}: duplicate entries in {key}")
         if not reachable:
@@ -154,6 +158,8 @@ def _rule_problems(data: dict[str, Any], manifest: Manifest) -> list[str]:
             problems.append(f"{label}: symptoms belong on leaves only")
         if node.get("undecided") and node.get("children"):
             problems.append(f"{label}: undecided rules belong on leaves only")
+        if node.get("implies") and node.get("children"):
+            problems.append(f"{label}: implies belongs on leaves only")
         for rule in [*node.get("evidence", []), *node.get("undecided", [])]:
             check, _, pattern = rule.partition(":")
             if check not in node.get("checks", []):
@@ -167,6 +173,8 @@ def _rule_problems(data: dict[str, Any], manifest: Manifest) -> list[str]:
         return reachable
 
     walk(data, "")
+    problems += _implies_problems({label: node.get("implies", []) for label, node in labels.items()
+                                   if not node.get("children")})
     for spec in manifest.checks:
         for label in spec.nodes:
             if label not in labels:
@@ -177,6 +185,24 @@ def _rule_problems(data: dict[str, Any], manifest: Manifest) -> list[str]:
         for check in node.get("checks", []):
             if check in known and label not in manifest.get(check).nodes:
                 problems.append(f"{label}: lists {check!r}, but the manifest's nodes for {check!r} omit it")
+    return problems
+
+
+def _implies_problems(implies: dict[str, list[str]]) -> list[str]:
+    """`implies` names other leaves, and never leads back to where it started (a cause cannot follow from what
+    follows from it)."""
+    problems = [f"{label}: implies {other!r}, which is not a leaf" for label, others in implies.items()
+                for other in others if other not in implies]
+    problems += [f"{label}: implies itself" for label, others in implies.items() if label in others]
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        for nxt in implies.get(start, []):
+            if nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})):
+                return True
+        return False
+
+    problems += [f"{label}: implies {other!r}, which leads back to it" for label, others in implies.items()
+                 for other in others if other != label and other in implies and reaches(other, label, {other})]
     return problems
 
 

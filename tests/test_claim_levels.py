@@ -39,6 +39,22 @@ def test_one_ecc_event_reads_as_one_cause_with_what_followed(tmp_path: Path, dat
     assert "(confirmed, confidence" in ticket and "what followed from it" in ticket
 
 
+@pytest.mark.parametrize("view", ["bare-metal", "container"])
+def test_a_cause_the_taxonomy_says_brings_the_confirmed_leaf_is_tested_and_named(tmp_path: Path, data_dir: Path,
+                                                                                  view: str) -> None:
+    # the lines name the container runtime; the node has no NVIDIA software at all, which is why the runtime is
+    # missing: the answer is the node, the runtime what followed from it
+    root = create_scenario(tmp_path / view, faults=[{"fault": "node.not_provisioned"}], view=view).root
+    text = ('pods on the new node pool fail: docker: Error response from daemon: could not select device driver "" '
+            "with capabilities: [[gpu]]")
+    contract = json.loads(_diagnose(text, root, data_dir, "--json").stdout)
+    assert [(c["label"], c["level"]) for c in contract["root_causes"]] == [
+        ("OTHER.PLATFORM.NODE_NOT_PROVISIONED", "confirmed")]
+    follows = {c["label"]: c["link"] for c in contract["details"]["follows"]}
+    runtime = "SYSTEM_SOFTWARE.CONTAINER_TOOLKIT.RUNTIME_NOT_CONFIGURED"
+    assert follows[runtime].startswith("followed from OTHER.PLATFORM.NODE_NOT_PROVISIONED")
+
+
 def test_a_present_state_that_fits_a_vague_report_answers_as_probable(tmp_path: Path, data_dir: Path) -> None:
     root = create_scenario(tmp_path / "nvlink", faults=[{"fault": "nvlink.not_enabled"}]).root
     text = "fine-tuning a 7B model takes 3x longer on this 8-GPU server than on our other one"

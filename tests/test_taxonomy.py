@@ -397,6 +397,9 @@ def test_small_tree_is_valid() -> None:
     assert validate_data(small_tree(), SMALL_MANIFEST) == []
     tax = Taxonomy.from_dict(small_tree(), SMALL_MANIFEST)
     assert [leaf.label for leaf in tax.leaves()] == ["A.X.LEAF", "A.X.OTHER"]
+    data = small_tree()
+    _leaf(data, "LEAF")["implies"] = ["A.X.OTHER"]
+    assert Taxonomy.from_dict(data, SMALL_MANIFEST).node("A.X.LEAF").implies == ["A.X.OTHER"]
 
 
 def test_rejects_node_without_description() -> None:
@@ -433,6 +436,11 @@ def test_rejects_node_without_reachable_check() -> None:
     (lambda d: _leaf(d, "LEAF").update(symptoms=["sluggish"]), "A.X.LEAF: symptoms"),
     (lambda d: _leaf(d, "LEAF").update(symptoms=["slow", "slow"]), "duplicate entries in symptoms"),
     (lambda d: _leaf(d, "OTHER").update(name="LEAF"), "duplicate child name 'LEAF'"),
+    (lambda d: d["children"][0].update(implies=["A.X.LEAF"]), "A: implies belongs on leaves only"),
+    (lambda d: _leaf(d, "LEAF").update(implies=["A.X"]), "A.X.LEAF: implies 'A.X', which is not a leaf"),
+    (lambda d: _leaf(d, "LEAF").update(implies=["A.X.LEAF"]), "A.X.LEAF: implies itself"),
+    (lambda d: (_leaf(d, "LEAF").update(implies=["A.X.OTHER"]), _leaf(d, "OTHER").update(implies=["A.X.LEAF"])),
+     "A.X.LEAF: implies 'A.X.OTHER', which leads back to it"),
     (lambda d: _leaf(d, "LEAF")["checks"].append("no_such_check"), "'no_such_check' is not in the manifest"),
     (lambda d: _leaf(d, "LEAF")["checks"].append("probe_b"), "manifest's nodes for 'probe_b' omit it"),
     (lambda d: _leaf(d, "LEAF").update(checks=["probe_b"]), "manifest says 'probe_a' verifies it"),

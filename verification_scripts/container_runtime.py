@@ -200,8 +200,9 @@ def body(check):
         check.finish("inside a container on a host without NVIDIA GPUs: no GPU access to configure")
     if inside:
         check.finish("inside a container: /dev/nvidia* present and allowed by the devices cgroup")
-    check.finish("nvidia container runtime registered; toolkit %s not known-bad"
-                 % ", ".join(sorted(set((check.metrics.get("container_toolkit") or {}).values()))))
+    versions = sorted(set((check.metrics.get("container_toolkit") or {}).values()))
+    check.finish("nvidia container runtime registered; toolkit %s" % ("%s not known-bad" % ", ".join(versions)
+                                                                      if versions else "version not readable"))
 
 
 if __name__ == "__main__":

@@ -26,7 +26,9 @@ The levels a reader sees:
     (claim >= PROBABLE): it answers the customer, said as probable;
   - anything else confirmed is "also found on the hosts, not the cause of this incident", with why.
 What happened to the cause's own GPU or NIC (an uncorrectable ECC error's pending row remap) is one failure: those
-leaves follow from the cause (`follows`), they are not causes of their own.
+leaves follow from the cause (`follows`), they are not causes of their own. So are the leaves the taxonomy says a
+cause implies wherever it is (a node never provisioned has no container runtime configured): the cause takes their
+claim and their ties to the incident.
 """
 
 from __future__ import annotations
@@ -134,17 +136,26 @@ def attribute(taxonomy: Taxonomy, summary: IncidentSummary, confirmed: list[Leaf
     found = {j.label: features(taxonomy, summary, j, tested, unique, reading or {}, hosts) for j in unique}
     scores = claims({label: f for label, (f, _) in found.items()}, weights)
     links = {label: why for label, (_, why) in found.items()}
+    implied = _implied(taxonomy, unique)
+    tied_labels = {label for label, (f, _) in found.items() if f.tied}
+    for label, cause in implied.items():  # one failure: the cause takes what followed from it, claim and ties
+        scores[cause] += scores[label]
+        links[label] = f"followed from {cause}, which always brings it"
+        if label in tied_labels:
+            tied_labels.add(cause)
+            links[cause] += f"; the incident's lines, devices or time tie {label}, which follows from it"
     ranks = reading or {}
     ordered = sorted(unique, key=lambda j: (-scores[j.label], ranks.get(j.label, len(ranks) + 1)))
-    tied = [j for j in ordered if found[j.label][0].tied]
+    causes = [j for j in ordered if j.label not in implied]
+    tied = [j for j in causes if j.label in tied_labels]
     level: Level = "confirmed"
     if tied:
         primary = tied
     else:
-        primary = [j for j in ordered if scores[j.label] >= PROBABLE]
+        primary = [j for j in causes if scores[j.label] >= PROBABLE]
         level = "probable"
-    followed = _follows(primary, ordered, links)
-    follows = [j for j in ordered if j.label in followed]
+    followed = _follows(primary, causes, links)
+    follows = [j for j in ordered if j.label in followed or j.label in implied]
     primary = [j for j in primary if j not in follows]
     for label, cause in followed.items():  # one failure: what followed from the cause is its claim too
         scores[cause] += scores[label]
@@ -228,6 +239,20 @@ def _follows(primary: list[LeafJudgement], ordered: list[LeafJudgement], links: 
                 follows[j.label] = cause.label
                 links[j.label] = f"followed from {cause.label} on {', '.join(sorted(shared))}"
     return follows
+
+
+def _implied(taxonomy: Taxonomy, confirmed: list[LeafJudgement]) -> dict[str, str]:
+    """Confirmed leaves that another confirmed leaf implies (taxonomy `implies`) -> the cause at the top of the chain
+    (a node never provisioned -> no kernel module -> no device nodes: the device nodes follow from the first)."""
+    found = {j.label for j in confirmed}
+    cause_of = {other: j.label for j in confirmed for other in taxonomy.node(j.label).implies
+                if other in found and other != j.label}
+    out = {}
+    for label, cause in cause_of.items():
+        while cause in cause_of:  # the taxonomy's validation keeps these chains from looping
+            cause = cause_of[cause]
+        out[label] = cause
+    return out
 
 
 def _kind(device: str) -> str:

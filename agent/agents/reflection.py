@@ -1,8 +1,9 @@
 """Reflection agent: judges each leaf hypothesis on the evidence of its checks (confirmed, rejected or left open),
 and before the conclusion weighs what the walk found: when what was confirmed explains nothing of this incident it
-tests the incident's likeliest causes still untested (`follow_reading`); when several confirmed causes tie to the
-incident it runs the active checks their passive evidence let the walk skip and judges them again on everything
-(`corroborate`), so which comes first rests on all the evidence, not on the visiting order."""
+tests the incident's likeliest causes still untested (`follow_reading`); it tests the untested leaves the taxonomy
+says bring a confirmed one with them (`test_causes`: found, they are the cause); and when several confirmed causes
+tie to the incident it runs the active checks their passive evidence let the walk skip and judges them again on
+everything (`corroborate`), so which comes first rests on all the evidence, not on the visiting order."""
 
 from __future__ import annotations
 
@@ -58,11 +59,39 @@ class ReflectionAgent:
             path.append(Step(pipeline=2, node=label, action=judgement.status, detail=judgement.why))
         return {**update, "path": path, "judgements": judgements}
 
+    def test_causes(self, state: DiagnosisState) -> dict[str, Any]:
+        """The untested leaves the taxonomy says bring a confirmed leaf with them (`implies`: a node never
+        provisioned has no container runtime configured): found, one of them is the cause and the confirmed leaf
+        what followed from it, so they are tested before concluding."""
+        confirmed = {j.label for j in state.judgements if j.status == "confirmed"}
+        judged = {j.label for j in state.judgements}
+        causes = [leaf.label for leaf in self.t.taxonomy.leaves()
+                  if leaf.label not in judged and confirmed & set(leaf.implies)]
+        if not causes:
+            return {}
+        update: dict[str, Any] = {}
+        judgements = list(state.judgements)
+        pipeline = state.pipeline or 2
+        path = state.trace(pipeline, "", "test_causes", "what would bring what was confirmed: " + ", ".join(causes))
+        for label in causes:
+            if self.guard.stopped:
+                break
+            _, judgement, changes = self.test(state.merged(update), label, pipeline)
+            update.update(changes)
+            judgements.append(judgement)
+            path.append(Step(pipeline=pipeline, node=label, action=judgement.status, detail=judgement.why))
+        return {**update, "path": path, "judgements": judgements}
+
     def corroborate(self, state: DiagnosisState) -> dict[str, Any]:
-        """Node: several confirmed leaves tie to the incident: run the active checks their passive evidence let us
-        skip, and judge them again on everything. A confirmed leaf nothing ties to the incident is not this
-        incident's cause whatever its strength, so minutes of load on the hosts would not change the answer: it is
-        reported as found."""
+        """Node: first the untested causes of what was confirmed (`test_causes`); then, when several confirmed
+        leaves tie to the incident, run the active checks their passive evidence let us skip, and judge them again on
+        everything. A confirmed leaf nothing ties to the incident is not this incident's cause whatever its
+        strength, so minutes of load on the hosts would not change the answer: it is reported as found."""
+        causes = self.test_causes(state)
+        state = state.merged(causes) if causes else state
+        return {**causes, **self._corroborate(state)}
+
+    def _corroborate(self, state: DiagnosisState) -> dict[str, Any]:
         confirmed = self.conclusion.tied(state)
         if len(confirmed) < 2:
             return {}

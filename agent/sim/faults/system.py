@@ -388,6 +388,7 @@ def not_provisioned(host: HostState, p: dict) -> None:
         host.services.pop(unit, None)
     sw = host.software
     sw.cuda_toolkit = sw.container_toolkit = None
+    host.container.nvidia_runtime = False  # the toolkit's nvidia-ctk is what registers it with docker
     sw.packages.pop("datacenter-gpu-manager", None)
     host.journal = [line for line in host.journal if not (line.ident == "kernel" and "NVRM" in line.text)]
 
