@@ -249,9 +249,12 @@ def _implied(taxonomy: Taxonomy, confirmed: list[LeafJudgement]) -> dict[str, st
                 if other in found and other != j.label}
     out = {}
     for label, cause in cause_of.items():
-        while cause in cause_of:  # the taxonomy's validation keeps these chains from looping
+        seen = {label}
+        while cause in cause_of and cause not in seen:  # a taxonomy not validated may loop
+            seen.add(cause)
             cause = cause_of[cause]
-        out[label] = cause
+        if cause != label:
+            out[label] = cause
     return out
 
 
