@@ -330,6 +330,24 @@ def test_clocks_accepts_na_fields(fake: FakeTools) -> None:
     assert result["metrics"]["temperature_c"]["GPU1"] is None
 
 
+def test_idle_gpus_leave_the_power_supply_unjudged(fake: FakeTools) -> None:
+    from agent.evidence import assess
+    from agent.models import CheckResult
+    from agent.taxonomy import load_taxonomy
+
+    idle = "0, 34, 40, 72.00, 700.00, 700.00, 345, 1980, 0, 0x0000000000000001\n"
+    by_args(fake, "nvidia-smi", {"--query-gpu": idle})
+    result = check(fake, "clocks_thermal_power")
+    assert result["verdict"] == "PASS" and {i for i, _ in ids(result, "INFO")} == {"not_under_load"}
+    # a brake shows only while the GPUs draw: an idle host keeps the PSU leaf open, it does not reject it
+    leaf = load_taxonomy().node("GPU.POWER.PSU_INSUFFICIENT")
+    assert assess(leaf.evidence, [CheckResult.model_validate(result)], leaf.undecided).strength == "unknown"
+    by_args(fake, "nvidia-smi", {"--query-gpu": idle.replace("72.00", "650.00").replace(" 0, 0x", " 98, 0x")})
+    busy = check(fake, "clocks_thermal_power")
+    assert ids(busy, "INFO") == set()
+    assert assess(leaf.evidence, [CheckResult.model_validate(busy)], leaf.undecided).strength == "none"
+
+
 def test_inventory_missing_nvidia_smi_is_unknown(fake: FakeTools) -> None:
     assert check(fake, "gpu_inventory")["verdict"] == "UNKNOWN"
 

@@ -45,10 +45,21 @@ def body(check):
     for row in rows:
         judge(check, row, limit, ratio, median)
     check.targets = ["GPU%s" % r["index"] for r in rows]
+    if not any(busy(r) for r in rows):
+        # an undersized power supply brakes the GPUs only while they draw: idle ones neither show it nor clear it
+        check.info("not_under_load", check.host, "no GPU is under load (utilization below %d %% and power below "
+                   "half the limit): a HW power brake would not show now, so the power supply is not judged"
+                   % BUSY_PCT)
     if limit is None:
         # the clock event reasons still show thermal slowdown; only the temperature itself is not compared
         check.info("temperature_not_compared", check.host, "no expectation for temp_limit_c on this host: "
                    "temperatures are reported, not compared")
+
+
+def busy(row):
+    util = checklib.to_int(row["utilization.gpu"]) or 0
+    draw, cap = checklib.to_float(row["power.draw"]), checklib.to_float(row["power.limit"])
+    return util >= BUSY_PCT or bool(draw is not None and cap and draw >= 0.5 * cap)
 
 
 def judge(check, row, limit, ratio, median):
@@ -60,7 +71,6 @@ def judge(check, row, limit, ratio, median):
     default = checklib.to_float(row["power.default_limit"])
     sm, sm_max = checklib.to_int(row["clocks.sm"]), checklib.to_int(row["clocks.max.sm"])
     util = checklib.to_int(row["utilization.gpu"]) or 0
-    busy = util >= BUSY_PCT or (draw is not None and cap and draw >= 0.5 * cap)
     check.metrics["temperature_c"][who] = temp
     check.metrics["sm_clock_mhz"][who] = sm
     check.metrics["reasons"][who] = row["reasons"]
@@ -74,7 +84,7 @@ def judge(check, row, limit, ratio, median):
         check.warn("thermal_slowdown", who, "%s clocks reduced by %s thermal slowdown at %s C" % (
             who, "HW" if mask & HW_THERMAL else "SW", row["temperature.gpu"]), raw)
     if mask & POWER_BRAKE:
-        if busy:
+        if busy(row):
             check.fail("power_brake", who, "%s HW power brake asserted under load (%s W of %s W, SM %s MHz): the "
                        "power supply cannot sustain the load" % (who, row["power.draw"], row["power.limit"], sm), raw)
         else:
