@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import difflib
+import graphlib
+import itertools
 import json
 import re
 from functools import cached_property, lru_cache
@@ -193,16 +195,14 @@ def _implies_problems(implies: dict[str, list[str]]) -> list[str]:
     follows from it)."""
     problems = [f"{label}: implies {other!r}, which is not a leaf" for label, others in implies.items()
                 for other in others if other not in implies]
-    problems += [f"{label}: implies itself" for label, others in implies.items() if label in others]
-
-    def reaches(start: str, goal: str, seen: set[str]) -> bool:
-        for nxt in implies.get(start, []):
-            if nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})):
-                return True
-        return False
-
-    problems += [f"{label}: implies {other!r}, which leads back to it" for label, others in implies.items()
-                 for other in others if other != label and other in implies and reaches(other, label, {other})]
+    try:
+        graphlib.TopologicalSorter({label: [o for o in others if o in implies]
+                                    for label, others in implies.items()}).prepare()
+    except graphlib.CycleError as exc:
+        cycle = exc.args[1]  # each node a predecessor of the next: the next one implies it
+        problems += [f"{cause}: implies itself" if cause == implied else
+                     f"{cause}: implies {implied!r}, which leads back to it"
+                     for implied, cause in itertools.pairwise(cycle)]
     return problems
 
 

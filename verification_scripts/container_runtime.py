@@ -201,8 +201,8 @@ def body(check):
     if inside:
         check.finish("inside a container: /dev/nvidia* present and allowed by the devices cgroup")
     versions = sorted(set((check.metrics.get("container_toolkit") or {}).values()))
-    check.finish("nvidia container runtime registered; toolkit %s" % ("%s not known-bad" % ", ".join(versions)
-                                                                      if versions else "version not readable"))
+    toolkit = "toolkit %s not known-bad" % ", ".join(versions) if versions else "toolkit version not readable"
+    check.finish("nvidia container runtime registered; " + toolkit)
 
 
 if __name__ == "__main__":

@@ -44,20 +44,27 @@ class ReflectionAgent:
         results, update = self.execution.execute(state, label)
         return results, self.judge(state.merged(update), label, pipeline), update
 
+    def test_each(self, state: DiagnosisState, labels: list[str], pipeline: int, action: str, detail: str,
+                  update: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Test these leaves in turn (until a limit stops the run): the state's update, with each one's judgement
+        and a step on the path."""
+        update = dict(update or {})
+        judgements = list(state.judgements)
+        path = state.trace(pipeline, "", action, detail)
+        for label in labels:
+            if self.guard.stopped:
+                break
+            _, judgement, changes = self.test(state.merged(update), label, pipeline)
+            update.update(changes)
+            judgements = [j for j in judgements if j.label != label] + [judgement]
+            path.append(Step(pipeline=pipeline, node=label, action=judgement.status, detail=judgement.why))
+        return {**update, "path": path, "judgements": judgements}
+
     def follow_reading(self, state: DiagnosisState) -> dict[str, Any]:
         """Node: what the walk confirmed does not explain this incident (old or unrelated problems the hosts carry):
         test the incident's likeliest causes the walk left untested before concluding."""
-        update: dict[str, Any] = {"read_followed": True}
-        judgements = list(state.judgements)
-        path = state.trace(2, "", "follow_reading", "what was confirmed does not explain the incident")
-        for label in self.reading.unread(state):
-            if self.guard.stopped:
-                break
-            _, judgement, changes = self.test(state.merged(update), label, 2)
-            update.update(changes)
-            judgements = [j for j in judgements if j.label != label] + [judgement]
-            path.append(Step(pipeline=2, node=label, action=judgement.status, detail=judgement.why))
-        return {**update, "path": path, "judgements": judgements}
+        return self.test_each(state, self.reading.unread(state), 2, "follow_reading",
+                              "what was confirmed does not explain the incident", {"read_followed": True})
 
     def test_causes(self, state: DiagnosisState) -> dict[str, Any]:
         """The untested leaves the taxonomy says bring a confirmed leaf with them (`implies`: a node never
@@ -69,18 +76,8 @@ class ReflectionAgent:
                   if leaf.label not in judged and confirmed & set(leaf.implies)]
         if not causes:
             return {}
-        update: dict[str, Any] = {}
-        judgements = list(state.judgements)
-        pipeline = state.pipeline or 2
-        path = state.trace(pipeline, "", "test_causes", "what would bring what was confirmed: " + ", ".join(causes))
-        for label in causes:
-            if self.guard.stopped:
-                break
-            _, judgement, changes = self.test(state.merged(update), label, pipeline)
-            update.update(changes)
-            judgements.append(judgement)
-            path.append(Step(pipeline=pipeline, node=label, action=judgement.status, detail=judgement.why))
-        return {**update, "path": path, "judgements": judgements}
+        return self.test_each(state, causes, state.pipeline or 2, "test_causes",
+                              "what would bring what was confirmed: " + ", ".join(causes))
 
     def corroborate(self, state: DiagnosisState) -> dict[str, Any]:
         """Node: first the untested causes of what was confirmed (`test_causes`); then, when several confirmed
