@@ -5,7 +5,9 @@ matches is strong evidence, a WARN finding weak; checks of the leaf that ran and
 match reject it; checks that could not decide (UNKNOWN) never reject, nor does one whose INFO finding an
 `undecided` rule matches (it saw the state and cannot judge it: a version its known-bad list does not name). A check
 that was only not given its input (`needs`: `job_logs` without `--logs`, a checkpoint check without its directory)
-does not hold open a leaf its other checks decided.
+does not hold open a leaf its other checks decided. One whose INFO finding an `unseen` rule matches could not see what
+this leaf needs (a host package's version from inside a container) while it decided the others: for this leaf it is
+UNKNOWN.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ def _rule(rule: str) -> tuple[str, re.Pattern[str]]:
     return check, re.compile(pattern or ".*")
 
 
-def assess(rules: list[str], results: list[CheckResult], undecided: list[str] | tuple[str, ...] = ()) -> Evidence:
+def assess(rules: list[str], results: list[CheckResult], undecided: list[str] | tuple[str, ...] = (),
+           unseen: list[str] | tuple[str, ...] = ()) -> Evidence:
     compiled = [_rule(r) for r in rules]
     undecidable = [_rule(r) for r in undecided]
+    hidden = [_rule(r) for r in unseen]
     wanted = {check for check, _ in compiled}
     strong: list[str] = []
     weak: list[str] = []
@@ -52,7 +56,11 @@ def assess(rules: list[str], results: list[CheckResult], undecided: list[str] | 
             (strong if finding.severity == "FAIL" else weak).append(entry)
         cannot_judge = [f for f in result.findings if f.severity == "INFO"
                         and any(check == result.check and pattern.fullmatch(f.id) for check, pattern in undecidable)]
-        if not hits and cannot_judge:
+        cannot_see = [f for f in result.findings if f.severity == "INFO"
+                      and any(check == result.check and pattern.fullmatch(f.id) for check, pattern in hidden)]
+        if not hits and cannot_see:
+            unknown.extend(f"{where}: {f.message}"[:200] for f in cannot_see)
+        elif not hits and cannot_judge:
             still_open.extend(f"{where}: {f.message}"[:200] for f in cannot_judge)
         elif not hits:
             passed.append(where)

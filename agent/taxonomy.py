@@ -55,6 +55,9 @@ class NodeSpec(BaseModel):
     # leaves only: rules of the same form for findings that say a check saw the state but cannot judge it (a version
     # its known-bad list does not name): such a finding leaves the leaf open rather than rejecting it
     undecided: list[Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*:\S*$")]] = Field(default_factory=list)
+    # leaves only: rules of the same form for INFO findings that say a check could not see what this leaf needs while
+    # it decided its other leaves (the container toolkit's version from inside a container): the leaf stays unknown
+    unseen: list[Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_]*:\S*$")]] = Field(default_factory=list)
     # leaves only: how the cause shows in a customer's report (agent/reasoning/symptoms.py)
     symptoms: list[Symptom] = Field(default_factory=list)
     # leaves only: the leaves that follow from this cause wherever it is (a node without NVIDIA packages has no
@@ -77,8 +80,8 @@ class TaxNode(NodeMixin):
     def __init__(self, name: str, description: str = "", severity: str = "medium",
                  signatures: list[str] | None = None, checks: list[str] | None = None, runbook: str = "",
                  xids: list[int] | None = None, evidence: list[str] | None = None, symptoms: list[str] | None = None,
-                 undecided: list[str] | None = None, implies: list[str] | None = None, parent: TaxNode | None = None,
-                 **extra: Any):
+                 undecided: list[str] | None = None, unseen: list[str] | None = None, implies: list[str] | None = None,
+                 parent: TaxNode | None = None, **extra: Any):
         self.name = name
         self.description = description
         self.severity = severity
@@ -88,6 +91,7 @@ class TaxNode(NodeMixin):
         self.xids: list[int] = list(xids or [])
         self.evidence: list[str] = list(evidence or [])
         self.undecided: list[str] = list(undecided or [])
+        self.unseen: list[str] = list(unseen or [])
         self.symptoms: list[str] = list(symptoms or [])
         self.implies: list[str] = list(implies or [])
         self.extra = extra
@@ -158,11 +162,12 @@ def _rule_problems(data: dict[str, Any], manifest: Manifest) -> list[str]:
             problems.append(f"{label}: evidence rules belong on leaves only")
         if node.get("symptoms") and node.get("children"):
             problems.append(f"{label}: symptoms belong on leaves only")
-        if node.get("undecided") and node.get("children"):
-            problems.append(f"{label}: undecided rules belong on leaves only")
+        for key in ("undecided", "unseen"):
+            if node.get(key) and node.get("children"):
+                problems.append(f"{label}: {key} rules belong on leaves only")
         if node.get("implies") and node.get("children"):
             problems.append(f"{label}: implies belongs on leaves only")
-        for rule in [*node.get("evidence", []), *node.get("undecided", [])]:
+        for rule in [*node.get("evidence", []), *node.get("undecided", []), *node.get("unseen", [])]:
             check, _, pattern = rule.partition(":")
             if check not in node.get("checks", []):
                 problems.append(f"{label}: evidence rule {rule!r} names a check the leaf does not list")

@@ -154,6 +154,9 @@ def taxonomy_page(tree: dict[str, Any] | None = None) -> str:
         if node.get("undecided"):
             out.append("Left open by: " + ", ".join(f"`{r}`" for r in node["undecided"])
                        + " (the check saw the state and cannot judge it)\n\n")
+        if node.get("unseen"):
+            out.append("Not seen by: " + ", ".join(f"`{r}`" for r in node["unseen"])
+                       + " (the check could not see what this leaf needs; for it the check is unknown)\n\n")
         if node.get("implies"):
             out.append("Brings with it: " + ", ".join(_node_link(lb) for lb in node["implies"])
                        + " (found together, they are one failure and this leaf its cause)\n\n")

@@ -33,6 +33,10 @@ TAXONOMY = load_taxonomy()
     ("nvidia-smi lists only 7 GPUs on the 8-GPU box", "no_gpu"),
     ("torch.cuda.device_count() returns 1 although the node has four cards", "no_gpu"),
     ("the container toolkit fails to communicate with the GPU devices", "no_gpu"),
+    ("validator log: No pre-installed driver detected on the host: exit status 14", "no_gpu"),
+    ("nvidia-container-cli: initialization error: nvml error: driver not loaded: unknown", "no_gpu"),
+    ("nvidia-cuda-validator-x7k2p   0/1   Init:CrashLoopBackOff   5 (2m ago)   9m", "no_gpu"),
+    ("the driver-validation was unable to pass", "no_gpu"),
     ("the server stalls and then the RPC call to the worker timed out", "hang"),
     ("the workstation reboots during training", "reboot"),
     ("the machine shuts down without any log", "reboot"),
@@ -59,6 +63,7 @@ def test_each_class_is_read_from_its_usual_wording(text: str, symptom: str) -> N
     "RuntimeError: CUDA error: an illegal memory access was encountered",
     "we schedule only 4 GPUs per node for this job",
     "torchrun --nproc_per_node 8 train.py --save-dumps core_dumpster/",
+    "nvidia-cuda-validator-44rfx   0/1   Completed   0   14m",
 ])
 def test_ordinary_lines_show_no_symptom(text: str) -> None:
     assert shown(text) == {}

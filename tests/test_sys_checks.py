@@ -13,11 +13,17 @@ from typing import Any
 import pytest
 
 from agent.checks.manifest import load_known_bad, profile
+from agent.evidence import assess
+from agent.models import CheckResult
+from agent.taxonomy import load_taxonomy
 from tests.conftest import FakeTools, fixture_text, run_script
 
 H100 = profile("H100-SXM-8")
 KNOWN_BAD = load_known_bad()
 YEARS = 20 * 365 * 86400  # fixtures carry 2024 dates; a wide window keeps them "recent"
+
+
+TAXONOMY = load_taxonomy()
 
 
 def sysfix(name: str) -> str:
@@ -90,7 +96,8 @@ def test_acs_src_valid_on_switch_fails_root_port_is_info(fake_tools: FakeTools) 
 
 
 @pytest.mark.parametrize("lspci", ["missing", "garbage", "crash"])
-def test_acs_unreadable_is_unknown_not_pass(fake_tools: FakeTools, lspci: str) -> None:
+def test_acs_unreadable_is_unknown_for_acs_alone(fake_tools: FakeTools, lspci: str) -> None:
+    # a container sees its memlock limit and /dev/shm, not the PCIe tree: ACS stays unknown, the others are judged
     healthy_system(fake_tools)
     if lspci == "missing":
         missing(fake_tools, "lspci")
@@ -98,8 +105,21 @@ def test_acs_unreadable_is_unknown_not_pass(fake_tools: FakeTools, lspci: str) -
         fake_tools.tool("lspci", "\x00\x01 segfault?\n")
     else:
         fake_tools.tool("lspci", "", rc=139, stderr="Segmentation fault\n")
+    result = CheckResult.model_validate(run_script("system_config.py", fake_tools.env(), params()))
+    assert "PCIe ACS not checked" in result.summary and "no ACS" not in result.summary
+    acs, shm = (TAXONOMY.node(label) for label in ("INTERCONNECT_NETWORKING.PCIE.ACS_P2P_HANG",
+                                                   "USER_APPLICATION.CONFIG.CONTAINER_SHM_TOO_SMALL"))
+    evidence = assess(acs.evidence, [result], acs.undecided, acs.unseen)
+    assert evidence.strength == "unknown" and "could not check PCIe ACS" in evidence.unknown[0]
+    assert assess(shm.evidence, [result], shm.undecided, shm.unseen).strength == "none"
+
+
+def test_acs_and_memlock_unreadable_is_unknown(fake_tools: FakeTools) -> None:
+    healthy_system(fake_tools)
+    missing(fake_tools, "lspci")
+    fake_tools.file("/proc/self/limits", "garbage\n")
     result = run_script("system_config.py", fake_tools.env(), params())
-    assert result["verdict"] == "UNKNOWN", result
+    assert result["verdict"] == "UNKNOWN" and "memlock" in result["summary"] and "PCIe ACS" in result["summary"]
 
 
 def test_governor_and_nccl_env_warn(fake_tools: FakeTools) -> None:
@@ -466,9 +486,27 @@ def test_container_devices_cgroup_lost(fake_tools: FakeTools) -> None:
     fake_tools.tool("nvidia-smi", "Failed to initialize NVML: Unknown Error\n", rc=255)
     result = run_script("container_runtime.py", fake_tools.env(), params())
     assert ids(result) == {"cgroup_device_access_lost"}
-    assert len([f for f in result["findings"] if f["id"] != "not_checked"]) == 2
+    assert len([f for f in result["findings"] if f["severity"] == "FAIL"]) == 2
     # the toolkit is a host package: from inside the container its version is said to be unchecked
-    assert any(f["id"] == "not_checked" and "Toolkit version" in f["message"] for f in result["findings"])
+    assert ids(result, "INFO") == {"toolkit_version_unseen"}
+
+
+def test_a_container_given_its_gpus_judges_runtime_and_cgroup_not_the_toolkit_version(fake_tools: FakeTools) -> None:
+    fake_tools.file("/.dockerenv", "")
+    fake_tools.file("/dev/nvidia0", "")
+    fake_tools.file("/dev/nvidiactl", "")
+    fake_tools.file("/sys/fs/cgroup/devices/devices.list", "c 195:* rwm\nc 1:5 rwm\n")
+    fake_tools.tool("nvidia-smi", "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-1)\n")
+    result = CheckResult.model_validate(run_script("container_runtime.py", fake_tools.env(), params()))
+    assert result.verdict == "PASS", result
+    leaves = {label.rpartition(".")[2]: TAXONOMY.node(label) for label in (
+        "SYSTEM_SOFTWARE.CONTAINER_TOOLKIT.RUNTIME_NOT_CONFIGURED",
+        "SYSTEM_SOFTWARE.CONTAINER_TOOLKIT.CGROUP_DEVICE_ACCESS_LOST",
+        "SYSTEM_SOFTWARE.CONTAINER_TOOLKIT.VERSION_REGRESSION")}
+    strength = {name: assess(leaf.evidence, [result], leaf.undecided, leaf.unseen) for name, leaf in leaves.items()}
+    assert strength["RUNTIME_NOT_CONFIGURED"].strength == strength["CGROUP_DEVICE_ACCESS_LOST"].strength == "none"
+    assert strength["VERSION_REGRESSION"].strength == "unknown"
+    assert "Toolkit version" in strength["VERSION_REGRESSION"].unknown[0]
 
 
 def test_container_without_gpu_devices(fake_tools: FakeTools) -> None:

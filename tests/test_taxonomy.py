@@ -133,6 +133,14 @@ SIGNATURE_SAMPLES = [
      'SYSTEM_SOFTWARE.DRIVER.GSP_FIRMWARE_BUG'),
     ('Persistence Mode                          : Disabled',
      'SYSTEM_SOFTWARE.DRIVER.PERSISTENCE_MODE_DISABLED'),
+    # nvidia-docker #644/#723/#1133, nvidia-container-toolkit #202: the driver initialises too slowly without it
+    ('nvidia-container-cli: initialization error: driver rpc error: timed out: unknown.',
+     'SYSTEM_SOFTWARE.DRIVER.PERSISTENCE_MODE_DISABLED'),
+    # nvidia-smi exits with the NVML return code (GPU operator troubleshooting: "nvidia-smi return code 14")
+    ('level=info msg="nvidia-smi failed: No pre-installed driver detected on the host: exit status 14"',
+     'GPU.MEMORY.INFOROM_CORRUPTION'),
+    ('nvidia-smi exited with return code 15', 'GPU.AVAILABILITY.FALLEN_OFF_BUS'),
+    ('driver-validation: running nvidia-smi: exit status 9', 'SYSTEM_SOFTWARE.DRIVER.KERNEL_MODULE_NOT_LOADED'),
     ('RuntimeError: CUDA error: unknown error',
      'SYSTEM_SOFTWARE.DRIVER.UVM_MODULE_STATE_CORRUPT'),
     ('RuntimeError: CUDA error: system not yet initialized',
@@ -268,6 +276,7 @@ SIGNATURE_SAMPLES = [
 
 # Lines a healthy host prints: no leaf signature may fire on them.
 BENIGN_LINES = [
+    "nvidia-smi returned 14 GPUs in 15 s; exit status 0",
     # torch's store tries IPv6 first and then listens on IPv4: this warning is no failure
     '[W1127 15:01:16.994908806 socket.cpp:464] [c10d] The server socket has failed to bind to [::]:29500 (errno: 98 '
     '- Address already in use).',
@@ -437,6 +446,8 @@ def test_rejects_node_without_reachable_check() -> None:
     (lambda d: _leaf(d, "LEAF").update(symptoms=["slow", "slow"]), "duplicate entries in symptoms"),
     (lambda d: _leaf(d, "OTHER").update(name="LEAF"), "duplicate child name 'LEAF'"),
     (lambda d: d["children"][0].update(implies=["A.X.LEAF"]), "A: implies belongs on leaves only"),
+    (lambda d: d["children"][0].update(unseen=["probe_a:x"]), "A: unseen rules belong on leaves only"),
+    (lambda d: _leaf(d, "LEAF").update(unseen=["probe_b:x_unseen"]), "names a check the leaf does not list"),
     (lambda d: _leaf(d, "LEAF").update(implies=["A.X"]), "A.X.LEAF: implies 'A.X', which is not a leaf"),
     (lambda d: _leaf(d, "LEAF").update(implies=["A.X.LEAF"]), "A.X.LEAF: implies itself"),
     (lambda d: (_leaf(d, "LEAF").update(implies=["A.X.OTHER"]), _leaf(d, "OTHER").update(implies=["A.X.LEAF"])),

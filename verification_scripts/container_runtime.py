@@ -2,7 +2,8 @@
 """container_runtime: GPU access through the container stack.
 
 Inside a container: are /dev/nvidia* present, does the devices cgroup still allow them (lost
-after a `systemctl daemon-reload` on cgroup v1 hosts: NVML "Unknown Error")? On the host: is
+after a `systemctl daemon-reload` on cgroup v1 hosts: NVML "Unknown Error")? The toolkit's
+version cannot be seen from there (INFO toolkit_version_unseen). On the host: is
 the nvidia runtime configured in Docker (`docker info`, /etc/docker/daemon.json) and is the
 NVIDIA Container Toolkit version (nvidia-ctk, nvidia-container-cli) known-bad
 (params["known_bad"]["container_toolkit"])?
@@ -185,9 +186,10 @@ def body(check):
     if inside:
         check_inside(check, unchecked)
         if check.expect("gpu_count", int) != 0:
-            # the toolkit is a host package: from inside, its version (a known-bad release) cannot be seen
-            unchecked.append("the NVIDIA Container Toolkit version (a host package, not visible from inside a "
-                             "container)")
+            # the toolkit is a host package: from inside, its version (a known-bad release) cannot be seen; what the
+            # container was given (its device nodes, its devices cgroup, NVML) was checked all the same
+            check.info("toolkit_version_unseen", "nvidia-container-toolkit", "could not check the NVIDIA Container "
+                       "Toolkit version (a host package, not visible from inside a container)")
     else:
         check_host(check, unchecked)
         check_toolkit(check, unchecked)

@@ -14,6 +14,7 @@ from agent.agents.context import AgentTools
 from agent.agents.reading import IncidentReading
 from agent.audit_records import ConclusionRecord
 from agent.events import ConclusionEvent
+from agent.evidence import rule_matches
 from agent.graph.state import Conclusion, DiagnosisState
 from agent.incident import IncidentSummary
 from agent.models import CheckResult, Verdict
@@ -94,8 +95,9 @@ def explain(reasoner: Reasoner, summary: IncidentSummary, found: Attribution, me
 def suspected(taxonomy: Taxonomy, judgements: list[LeafJudgement], results: list[CheckResult],
               reading: dict[str, int]) -> list[Suspected]:
     """The incident's likeliest causes whose checks could not see (UNKNOWN: a tool missing or refused in this
-    view), each with the commands its checks tried. Only when nothing was claimed: a suspicion is not an answer.
-    A check that was only not given an input (a checkpoint directory, the job's logs) hid nothing: no suspicion."""
+    view, or a check that said it could not see what this leaf needs), each with the commands its checks tried. Only
+    when nothing was claimed: a suspicion is not an answer. A check that was only not given an input (a checkpoint
+    directory, the job's logs) hid nothing: no suspicion."""
     inconclusive = {j.label: j for j in judgements if j.status == "inconclusive" and j.evidence.unknown}
     out: list[Suspected] = []
     for label in sorted(reading, key=reading.__getitem__)[:SUSPECTED_WITHIN]:
@@ -104,8 +106,10 @@ def suspected(taxonomy: Taxonomy, judgements: list[LeafJudgement], results: list
             continue
         if len(out) == SUSPECTED:
             break
-        checks = set(taxonomy.node(label).checks)
-        blind = [r for r in results if r.check in checks and r.verdict == Verdict.UNKNOWN and not r.needs]
+        leaf = taxonomy.node(label)
+        blind = [r for r in results if r.check in leaf.checks and (
+            (r.verdict == Verdict.UNKNOWN and not r.needs)
+            or any(f.severity == "INFO" and rule_matches(leaf.unseen, r.check, f.id) for f in r.findings))]
         if not blind:
             continue
         commands = list(dict.fromkeys(cmd for r in blind for cmd in r.cmds))

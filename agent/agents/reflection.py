@@ -126,7 +126,7 @@ def validate(reasoner: Reasoner, taxonomy: Taxonomy, summary: IncidentSummary, l
     """The reasoner's judgement of one leaf on its checks' evidence; only check evidence confirms."""
     leaf = taxonomy.node(label)
     mine = [r for r in results if r.check in leaf.checks]
-    evidence = assess(leaf.evidence, mine, leaf.undecided)
+    evidence = assess(leaf.evidence, mine, leaf.undecided, leaf.unseen)
     judgement = reasoner.validate_leaf(summary, node_info(taxonomy, label), evidence, mine)
     if judgement.status == "confirmed" and evidence.strength not in ("strong", "weak"):
         # whatever a reasoner says, no evidence means not confirmed

@@ -64,6 +64,13 @@ _PHRASES: dict[str, list[str]] = {
         r"\b(?:fails?|failed|unable)\s+to\s+communicate\s+with\s+(?:the\s+)?(?:gpus?|devices?|driver)",
         r"\bfalls?\s+(?:off|out\s+of)\s+the\s+bus\b|\bunable\s+to\s+determine\s+the\s+device\s+handle\b",
         r"\bcould\s+not\s+select\s+device\s+driver\b",
+        r"\bno\s+(?:pre-?installed\s+|nvidia\s+|gpu\s+)?drivers?\s+(?:was\s+|is\s+)?(?:found|detected|loaded)\b",
+        # the container runtime could not hand the GPUs to the container
+        r"\bnvidia-container-cli:\s+(?:initiali[sz]ation|detection|mount|ldcache)\s+error\b",
+        # the GPU operator's validators: its CUDA workload or driver check failed on the node (kubectl's STATUS
+        # column, or the validator's own words)
+        r"\bnvidia-(?:cuda|operator|driver)-validator\S*\s+\d+/\d+\s+(?:Init:)?(?:Error|CrashLoopBackOff)\b",
+        r"\b(?:driver|cuda|toolkit)[- ]validation\s+(?:was\s+|is\s+)?(?:unable\s+to\s+pass|fail(?:s|ed|ing)?)\b",
     ],
     "reboot": [
         r"\breboot(?:s|ed|ing)?\b",
