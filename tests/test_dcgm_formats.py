@@ -15,8 +15,13 @@ from typing import Any
 
 import pytest
 
+from agent.evidence import assess
+from agent.models import CheckResult
+from agent.taxonomy import load_taxonomy
 from tests.conftest import FakeTools
 from tests.test_gpu_checks import check, gpu, ids, isolate
+
+TAXONOMY = load_taxonomy()
 
 
 @pytest.fixture
@@ -122,6 +127,28 @@ def test_a_memory_mismatch_no_ecc_counter_saw_is_the_gpus_fault_not_an_ecc_event
         {"gpu_ids": "0", "status": "Fail",
          "warnings": "A memory mismatch was detected on GPU 0, but no error was reported by CUDA or NVML."}]}]))
     assert ids(diag(fake, text, rc=226), "FAIL") == {("diag_gpu_memory_mismatch", "GPU0")}
+
+
+def test_a_pcie_failure_blames_the_transfer_path_not_the_gpu(fake: FakeTools) -> None:
+    # DCGM's PCIe plugin judges host-to-GPU links (DCGM_FR_PCIE_WIDTH 46, _GENERATION 45, PCI_REPLAY_RATE 3) and
+    # peer-to-peer paths: a riser or slot, or ACS redirecting P2P, never the GPU by itself
+    text = doc(("Integration", [{"name": "PCIe", "results": [
+        {"gpu_id": "0", "status": "Fail", "warnings": [
+            {"warning": "GPU 0 is running at PCI link width 8X, which is below the minimum allowed link generation "
+                        "of 16 (parameter 'min_pci_width')", "error_id": 46, "error_category": 13}]},
+        {"gpu_id": "1", "status": "Fail", "warnings": [
+            {"warning": "GPU 1 was unsuccessfully written to in a peer-to-peer test: PCIe P2P write",
+             "error_id": 86, "error_category": 13}]},
+        {"gpu_id": "2", "status": "Fail", "warnings": [
+            {"warning": "Measured bandwidth 3.10 GB/s below threshold for GPU 2", "error_id": 30,
+             "error_category": 13}]}]}]), version="3.3.1")
+    result = diag(fake, text, rc=226)
+    assert ids(result, "FAIL") == {("diag_pcie_link", "GPU0"), ("diag_pcie_p2p", "GPU1"), ("diag_pcie", "GPU2")}
+    leaves = {"GPU.HARDWARE.FAULTY_GPU": set(), "INTERCONNECT_NETWORKING.PCIE.RISER_OR_SLOT_FAULT": {"GPU0", "GPU2"},
+              "INTERCONNECT_NETWORKING.PCIE.ACS_P2P_HANG": {"GPU1"}}
+    for label, gpus in leaves.items():
+        evidence = assess(TAXONOMY.node(label).evidence, [CheckResult.model_validate(result)])
+        assert {entry.partition("@")[2].split()[0] for entry in evidence.matched} == gpus, label
 
 
 def test_all_pass_or_skip_is_pass(fake: FakeTools) -> None:

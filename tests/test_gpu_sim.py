@@ -165,7 +165,7 @@ def test_dcgm4_json_and_health_text_parse(tmp_path: Path, fake_tools: FakeTools)
     assert '"DCGM Diagnostic"' in modern and '"entity_id"' in modern
     fake_tools.tool("dcgmi", modern, rc=226)
     result = run_script("dcgm_diag.py", fake_tools.env(), {})
-    assert {("diag_memory", "GPU1"), ("diag_pcie", "GPU2")} <= failing(result)
+    assert {("diag_memory", "GPU1"), ("diag_pcie_link", "GPU2")} <= failing(result)
     fake_tools.tool("dcgmi", module.run(state, ["dcgmi", "health", "-g", "0", "-c"]).stdout)
     health = run_script("dcgm_health.py", fake_tools.env(), {})
     assert health["verdict"] == "WARN"

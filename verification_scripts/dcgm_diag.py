@@ -21,6 +21,12 @@ CONFIG_CATEGORY = 3  # DCGM_FR_EC_SOFTWARE_CONFIG
 # or NVML", its message in every DCGM version)
 MEMORY_MISMATCH_ID = 58
 MEMORY_MISMATCH_RE = re.compile(r"memory mismatch was detected.*no error was reported by CUDA or NVML", re.IGNORECASE)
+# the PCIe test judges transfer paths, not the GPU (DCGM's PCIe plugin page): a link trained below its generation or
+# width or replaying too often (DCGM_FR_PCI_REPLAY_RATE 3, DCGM_FR_PCIE_GENERATION 45, DCGM_FR_PCIE_WIDTH 46), or a
+# peer-to-peer write or read that did not arrive (ACS or the IOMMU redirecting P2P)
+PCIE_LINK_IDS = {3, 45, 46}
+PCIE_LINK_RE = re.compile(r"PCI link (?:width|generation)|PCIe replays", re.IGNORECASE)
+PCIE_P2P_RE = re.compile(r"peer-to-peer|\bp2p\b", re.IGNORECASE)
 ROW_RE = re.compile(r"^\| (.{0,25}?)\s*\| (.*?)\s*\|$")
 TEXT_RESULT_RE = re.compile(r"^(Pass|Fail|Warn|Skip)(?: - (All|GPUs?: ([\d, ]+)))?$", re.IGNORECASE)
 ENTITY_RESULT_RE = re.compile(r"^GPU(\d+): (Pass|Fail|Warn|Skip)", re.IGNORECASE)
@@ -195,6 +201,15 @@ def body(check):
     judge(check, results)
 
 
+def pcie_finding(warnings):
+    """diag_pcie_p2p (peer-to-peer transfers), diag_pcie_link (the link's training or replays), else diag_pcie."""
+    if any(PCIE_P2P_RE.search(m or "") for m, _, _ in warnings):
+        return "diag_pcie_p2p"
+    if warnings and all(e in PCIE_LINK_IDS or PCIE_LINK_RE.search(m or "") for m, e, _ in warnings):
+        return "diag_pcie_link"
+    return "diag_pcie"
+
+
 def judge(check, results):
     failed = []
     text_warnings = [w[0] for t, _, s, w in results if s == "warn-text"]
@@ -222,6 +237,8 @@ def judge(check, results):
             finding = "diag_" + re.sub(r"[^a-z0-9]+", "_", test.lower()).strip("_")
             if config:
                 check.warn("diag_config", who, text + " (configuration, not hardware)", detail)
+            elif test.lower() == "pcie":
+                check.fail(pcie_finding(warnings), who, text, detail)
             elif ("mem" in test.lower() and warnings
                   and all(e == MEMORY_MISMATCH_ID or MEMORY_MISMATCH_RE.search(m) for m, e, _ in warnings)):
                 check.fail(finding + "_mismatch", who, text, detail)
