@@ -201,7 +201,9 @@ def body(check):
     if inside and not check.metrics.get("dev_nvidia"):
         check.finish("inside a container on a host without NVIDIA GPUs: no GPU access to configure")
     if inside:
-        check.finish("inside a container: /dev/nvidia* present and allowed by the devices cgroup")
+        unseen = any(f["id"] == "toolkit_version_unseen" for f in check.findings)
+        check.finish("inside a container: /dev/nvidia* present and allowed by the devices cgroup"
+                     + ("; the toolkit version (a host package) not checked" if unseen else ""))
     versions = sorted(set((check.metrics.get("container_toolkit") or {}).values()))
     toolkit = "toolkit %s not known-bad" % ", ".join(versions) if versions else "toolkit version not readable"
     check.finish("nvidia container runtime registered; " + toolkit)
