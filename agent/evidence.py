@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from agent.models import CheckResult, Verdict
+from agent.models import CheckResult, Finding, Verdict
 from agent.reasoning.base import Evidence
 
 
@@ -54,10 +54,7 @@ def assess(rules: list[str], results: list[CheckResult], undecided: list[str] | 
         for finding in hits:
             entry = f"{result.check}:{finding.id}@{finding.entity or result.host} ({finding.severity})"
             (strong if finding.severity == "FAIL" else weak).append(entry)
-        cannot_judge = [f for f in result.findings if f.severity == "INFO"
-                        and any(check == result.check and pattern.fullmatch(f.id) for check, pattern in undecidable)]
-        cannot_see = [f for f in result.findings if f.severity == "INFO"
-                      and any(check == result.check and pattern.fullmatch(f.id) for check, pattern in hidden)]
+        cannot_judge, cannot_see = _info(result, undecidable), _info(result, hidden)
         if not hits and cannot_see:
             unknown.extend(f"{where}: {f.message}"[:200] for f in cannot_see)
         elif not hits and cannot_judge:
@@ -74,6 +71,12 @@ def assess(rules: list[str], results: list[CheckResult], undecided: list[str] | 
         strength = "unknown"
     return Evidence(strength=strength, matched=_unique(strong + weak), rejected_by=_unique(passed),
                     unknown=_unique(unknown), unasked=_unique(unasked), open=_unique(still_open))
+
+
+def _info(result: CheckResult, rules: list[tuple[str, re.Pattern[str]]]) -> list[Finding]:
+    """The result's INFO findings that one of the compiled rules matches."""
+    return [f for f in result.findings if f.severity == "INFO"
+            and any(check == result.check and pattern.fullmatch(f.id) for check, pattern in rules)]
 
 
 def rule_matches(rules: list[str], check: str, finding_id: str) -> bool:

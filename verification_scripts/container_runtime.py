@@ -183,9 +183,10 @@ def body(check):
     unchecked = []
     inside = in_container(check)
     check.metrics["in_container"] = inside
+    toolkit_unseen = inside and check.expect("gpu_count", int) != 0
     if inside:
         check_inside(check, unchecked)
-        if check.expect("gpu_count", int) != 0:
+        if toolkit_unseen:
             # the toolkit is a host package: from inside, its version (a known-bad release) cannot be seen; what the
             # container was given (its device nodes, its devices cgroup, NVML) was checked all the same
             check.info("toolkit_version_unseen", "nvidia-container-toolkit", "could not check the NVIDIA Container "
@@ -201,9 +202,8 @@ def body(check):
     if inside and not check.metrics.get("dev_nvidia"):
         check.finish("inside a container on a host without NVIDIA GPUs: no GPU access to configure")
     if inside:
-        unseen = any(f["id"] == "toolkit_version_unseen" for f in check.findings)
         check.finish("inside a container: /dev/nvidia* present and allowed by the devices cgroup"
-                     + ("; the toolkit version (a host package) not checked" if unseen else ""))
+                     + ("; the toolkit version (a host package) not checked" if toolkit_unseen else ""))
     versions = sorted(set((check.metrics.get("container_toolkit") or {}).values()))
     toolkit = "toolkit %s not known-bad" % ", ".join(versions) if versions else "toolkit version not readable"
     check.finish("nvidia container runtime registered; " + toolkit)
