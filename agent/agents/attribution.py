@@ -5,9 +5,9 @@ weighs, and the score decides.
 What is weighed for each confirmed leaf (`Features`):
   - ties to the incident: its lines (a signature or one of its Xids), its window (a finding of a check whose
     manifest entry says `events: true`: an event dated inside the window, not a state the host may have carried for
-    weeks), the devices and hosts it names (a finding on a GPU or NIC the incident names; on a job of several hosts,
-    a host it names). When the incident names GPUs or NICs and every finding of that kind is on others, the leaf is
-    held against the incident;
+    weeks; or `job: true`: the incident's own job caught as it fails, its hung ranks' stacks), the devices and hosts
+    it names (a finding on a GPU or NIC the incident names; on a job of several hosts, a host it names). When the
+    incident names GPUs or NICs and every finding of that kind is on others, the leaf is held against the incident;
   - fit: how the incident reads before any check (the leaf's rank among every leaf: its lines, its similarity, the
     causes of similar past incidents), and whether the leaf fails jobs the way the incident says they failed
     (its symptom classes, weighted by how few leaves show the same class: "hang" is shown by a third of them,
@@ -22,8 +22,9 @@ runs and prints its reliability).
 
 The levels a reader sees:
   - confirmed: the incident's own lines, devices or time tie the leaf to it;
-  - probable: nothing ties any leaf, and this one is a state the hosts are in now that fits the incident
-    (claim >= PROBABLE): it answers the customer, said as probable;
+  - probable: nothing ties any leaf, and this one is a state the hosts are in now that fits the incident (the
+    incident reads like it or shows one of its symptoms) with claim >= PROBABLE: it answers the customer, said as
+    probable;
   - anything else confirmed is "also found on the hosts, not the cause of this incident", with why.
 What happened to the cause's own GPU or NIC (an uncorrectable ECC error's pending row remap) is one failure: those
 leaves follow from the cause (`follows`), they are not causes of their own. So are the leaves the taxonomy says a
@@ -50,6 +51,8 @@ Level = Literal["confirmed", "probable"]
 LEVELS: tuple[Level, ...] = ("confirmed", "probable")
 # a cause nothing ties is claimed when it is more likely than not (eval/results/diagnosis/attribution.md)
 PROBABLE = 0.5
+# a leaf among the incident's READS_LIKE likeliest causes before any check is one the incident reads like
+READS_LIKE = 10
 # the conditional logit's weights over `Features`, fitted by eval/attribution_fit.py (L2 1.0) on traced runs of the
 # dev fleet (confound seeds 1-3 and controls) and of the public incidents (eval/incidents/, confound seed 1): of the
 # fits tried, the one with the best leaf micro-F1 on both sets with controls under 15 %. A fit that also sees the
@@ -70,7 +73,7 @@ class Features(BaseModel):
     """What an expert weighs about one confirmed leaf's claim to be the incident's cause (module docstring)."""
 
     text: bool = False  # the incident's lines match it
-    dated: bool = False  # an event behind it is dated inside the incident's window
+    dated: bool = False  # an event behind it is dated inside the incident's window, or the job itself shows it
     entity: bool = False  # a finding behind it is on a device (or host) the incident names
     held: bool = False  # the incident names devices of its kind, and every finding of that kind is on others
     # (it blocks the device tie, and counts against the claim as the model weighs it)
@@ -82,6 +85,12 @@ class Features(BaseModel):
     # the incident's likelier causes (by its reading) whose checks could not see (UNKNOWN: a tool missing or
     # refused in this view): sum of 1/rank over them; a state found here competes with what could not be looked at
     blind: float = 0.0
+
+    @property
+    def fits(self) -> bool:
+        """The incident reads like it or shows one of its symptoms: a state that fits neither is never probable,
+        however alone it is on the hosts."""
+        return self.symptom > 0 or self.reading >= 1.0 / READS_LIKE
 
     @property
     def tied(self) -> bool:
@@ -152,7 +161,7 @@ def attribute(taxonomy: Taxonomy, summary: IncidentSummary, confirmed: list[Leaf
     if tied:
         primary = tied
     else:
-        primary = [j for j in causes if scores[j.label] >= PROBABLE]
+        primary = [j for j in causes if scores[j.label] >= PROBABLE and found[j.label][0].fits]
         level = "probable"
     followed = _follows(primary, causes, links)
     follows = [j for j in ordered if j.label in followed or j.label in implied]
@@ -162,7 +171,8 @@ def attribute(taxonomy: Taxonomy, summary: IncidentSummary, confirmed: list[Leaf
     rest = [j for j in ordered if j not in primary and j not in follows]
     for j in rest:
         links[j.label] += "; " + (f"{primary[0].label} explains the incident better" if primary else
-                                  f"too weak a claim to name it ({scores[j.label]:.2f})")
+                                  f"too weak a claim to name it ({scores[j.label]:.2f})" if found[j.label][0].fits
+                                  else "the incident neither reads like it nor shows its symptoms")
     return Attribution(primary=primary, follows=follows, also_found=rest, links=links,
                        levels={j.label: level for j in primary},
                        claims={label: round(p, 3) for label, p in scores.items()})
@@ -172,13 +182,15 @@ def features(taxonomy: Taxonomy, summary: IncidentSummary, judgement: LeafJudgem
              confirmed: list[LeafJudgement], reading: dict[str, int], hosts: int) -> tuple[Features, str]:
     """(features, why in one line) of one confirmed leaf."""
     events = {spec.id for spec in taxonomy.manifest.checks if spec.events}
+    jobs = {spec.id for spec in taxonomy.manifest.checks if spec.job}
     f = Features(text=_text_fit(taxonomy, summary, judgement.label))
     why: list[str] = ["the incident's lines match it"] if f.text else []
-    dated = sorted({entry.partition(":")[0] for entry in judgement.evidence.matched
-                    if entry.partition(":")[0] in events and entry.endswith("(FAIL)")})
-    if dated:
-        f.dated = True
+    failed = {entry.partition(":")[0] for entry in judgement.evidence.matched if entry.endswith("(FAIL)")}
+    if dated := sorted(failed & events):
         why.append("it happened in the incident's window (" + ", ".join(dated) + ")")
+    if caught := sorted(failed & jobs):
+        why.append("the incident's own job shows it (" + ", ".join(caught) + ")")
+    f.dated = bool(dated or caught)
     named_gpus = {g for g in map(_gpu_key, summary.entities.gpus) if g}
     named_devices = {d.lower() for d in summary.entities.devices}
     # the hosts the incident's own lines name (the summary also lists the hosts pre-triage suspects: host state, not
@@ -216,7 +228,7 @@ def features(taxonomy: Taxonomy, summary: IncidentSummary, judgement: LeafJudgem
         f.blind = sum(1.0 / r for r, _ in unseen)
         why.append("likelier causes could not be checked here (" + ", ".join(label for _, label in sorted(unseen)[:3])
                    + ")")
-    if rank and rank <= 10:
+    if rank and rank <= READS_LIKE:
         why.append(f"the incident reads like it (its likely cause no. {rank} before any check)")
     if not f.tied:
         why.insert(0, "a state the hosts are in: nothing dates it to the incident or puts it on what the incident "

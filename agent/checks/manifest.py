@@ -29,6 +29,8 @@ class CheckSpec(BaseModel):
     compare: list[str] = Field(default_factory=list)
     # its evidence is events it dated inside the incident's window (log lines, SEL entries), not states
     events: bool = False
+    # its evidence is the incident's own job caught as it fails (a stack dump of its hung ranks)
+    job: bool = False
 
     @property
     def script_path(self) -> Path:

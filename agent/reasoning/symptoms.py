@@ -30,7 +30,8 @@ _PHRASES: dict[str, list[str]] = {
         r"\b\d+(?:\.\d+)?\s*x\s+slower\b|\bhalf\s+(?:the\s+)?(?:speed|bandwidth|throughput)",
     ],
     "hang": [
-        r"\bhang(?:s|ing)?\b|\bhung\b|\bstuck\b",
+        r"\bhang(?:s|ing)?\b|\bhung\b|\bstuck\b|\bstall(?:s|ed|ing)?\b",
+        r"\b(?:un|non-?)responsive\b|\b(?:stops?|stopped|is\s+not|isn'?t|not)\s+responding\b",
         r"\bfreez(?:e|es|ing)\b|\bfroze(?:n)?\b",
         r"\bdeadlock",
         r"\bno\s+(?:further\s+)?progress\b|\bnever\s+(?:finishes|returns|completes|starts)\b",
@@ -50,7 +51,8 @@ _PHRASES: dict[str, list[str]] = {
         r"(?:found|available|detected|visible)",
         r"\bno\s+devices\s+were\s+found\b",
         r"\bcuda(?:\.is_available\(\))?\s+(?:returns\s+|is\s+)?false\b|is_available\(\)\s*(?:->|returns|is|=+)\s*false",
-        r"\b(?:can'?t|cannot|can\s+not|doesn'?t|does\s+not|don'?t|unable\s+to|fails?\s+to)\s+(?:see|find|detect|"
+        r"\b(?:can'?t|cannot|can\s+not|doesn'?t|does\s+not|don'?t|won'?t|will\s+not|unable\s+to|fails?\s+to)\s+"
+        r"(?:see|find|detect|"
         r"access|use)\s+(?:the\s+|any\s+|my\s+)?(?:gpus?|cuda|nvidia)",
         r"\b(?:gpus?|devices?)\s+(?:is\s+|are\s+)?(?:not\s+(?:found|detected|visible)|missing|disappear)",
         r"\b(?:gpu|device)\s+(?:becomes?|became|is|was)\s+(?:unusable|unavailable|inaccessible)",
@@ -64,6 +66,9 @@ _PHRASES: dict[str, list[str]] = {
         r"\b(?:fails?|failed|unable)\s+to\s+communicate\s+with\s+(?:the\s+)?(?:gpus?|devices?|driver)",
         r"\bfalls?\s+(?:off|out\s+of)\s+the\s+bus\b|\bunable\s+to\s+determine\s+the\s+device\s+handle\b",
         r"\bcould\s+not\s+select\s+device\s+driver\b",
+        # the work runs, on the CPU: the GPU is there but nothing can use it
+        r"\b(?:falls?|fell|falling)\s+back\s+to\s+(?:the\s+)?cpu\b|\b(?:runs?|running|ran)\s+(?:only\s+)?on\s+"
+        r"(?:the\s+)?cpu\s+(?:instead|only)\b|\buses?\s+100\s*%\s+(?:of\s+(?:the\s+)?)?cpu\b",
         r"\bno\s+(?:pre-?installed\s+|nvidia\s+|gpu\s+)?drivers?\s+(?:was\s+|is\s+)?(?:found|detected|loaded)\b",
         # the container runtime could not hand the GPUs to the container
         r"\bnvidia-container-cli:\s+(?:initiali[sz]ation|detection|mount|ldcache)\s+error\b",
