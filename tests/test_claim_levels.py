@@ -12,7 +12,11 @@ from typer.testing import CliRunner
 
 from agent.agents import attribution
 from agent.cli.main import app
+from agent.incident import Incident
+from agent.reasoning.base import Evidence, LeafJudgement
+from agent.reasoning.offline import OfflineReasoner
 from agent.sim.scenario import create_scenario
+from agent.taxonomy import load_taxonomy
 from eval.harness.metrics import claim_levels, reliability
 from eval.harness.report import level_tables
 
@@ -68,6 +72,39 @@ def test_a_present_state_that_fits_a_vague_report_answers_as_probable(tmp_path: 
     shown = _diagnose(text, root, data_dir)
     words = " ".join(shown.stdout.split())
     assert "probable" in words and "nothing ties it to the incident's own lines" in words
+
+
+def test_a_stack_dump_of_the_hung_job_ties_its_cause_to_the_incident(tmp_path: Path, data_dir: Path) -> None:
+    # the dump is of the incident's own ranks as they hang, not a state the host carried before: it ties like a
+    # dated event, so the cause is confirmed even though the report names no line, device or time
+    root = create_scenario(tmp_path / "hang", faults=[{"fault": "user.error_path_hang", "rank": 1}]).root
+    text = ("Training jobs with more than one GPU can get stuck when a DDP process fails: one process fails with an "
+            "error but training does not terminate, rank 0 keeps waiting")
+    contract = json.loads(_diagnose(text, root, data_dir, "--json").stdout)
+    cause = contract["root_causes"][0]
+    assert (cause["label"], cause["level"]) == ("USER_APPLICATION.CODE.ERROR_PATH_TEARDOWN_HANG", "confirmed")
+    assert "the incident's own job shows it (stack_dump)" in cause["reasons"]
+
+
+def _judgement(label: str, *matched: str) -> LeafJudgement:
+    return LeafJudgement(label=label, status="confirmed", confidence=0.9, why="",
+                         evidence=Evidence(strength="strong", matched=list(matched)))
+
+
+def test_a_lone_state_the_incident_neither_reads_like_nor_shows_is_not_probable() -> None:
+    taxonomy = load_taxonomy()
+    reader = OfflineReasoner(taxonomy)
+    summary = reader.summarize(Incident(text='Ollama will not use the GPU, fails with "cudart init failure: 3"'))
+    nvlink = _judgement("INTERCONNECT_NETWORKING.NVLINK.LINK_HARDWARE_FAULT",
+                        "nvlink_status:nvlink_inactive@GPU0 (FAIL)")
+    far = {nvlink.label: 20}  # far down the incident's reading, and NVLink never stops a GPU being used
+    found = attribution.attribute(taxonomy, summary, [nvlink], [nvlink], far, weights={"bias": 3.0})
+    assert found.claims[nvlink.label] > attribution.PROBABLE  # alone on the host, the model alone would name it
+    assert found.primary == [] and found.also_found == [nvlink]
+    assert "the incident neither reads like it nor shows its symptoms" in found.links[nvlink.label]
+    # the same state, when the incident reads like it, is the probable cause
+    near = attribution.attribute(taxonomy, summary, [nvlink], [nvlink], {nvlink.label: 3}, weights={"bias": 3.0})
+    assert near.primary == [nvlink] and near.levels[nvlink.label] == "probable"
 
 
 def test_a_container_that_cannot_see_the_cause_names_it_suspected_with_commands(tmp_path: Path,

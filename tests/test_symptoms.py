@@ -38,6 +38,11 @@ TAXONOMY = load_taxonomy()
     ("nvidia-cuda-validator-x7k2p   0/1   Init:CrashLoopBackOff   5 (2m ago)   9m", "no_gpu"),
     ("the driver-validation was unable to pass", "no_gpu"),
     ("the server stalls and then the RPC call to the worker timed out", "hang"),
+    ("tensor parallel runs once, then every later run stalls", "hang"),
+    ("the node became unresponsive during the second epoch", "hang"),
+    ("after resume nvidia-smi works but ollama runs on the CPU instead", "no_gpu"),
+    ("the model falls back to the CPU after the upgrade", "no_gpu"),
+    ("Ollama will not use the GPU on the new card", "no_gpu"),
     ("the workstation reboots during training", "reboot"),
     ("the machine shuts down without any log", "reboot"),
     ("it crashes the whole system", "reboot"),
@@ -64,6 +69,7 @@ def test_each_class_is_read_from_its_usual_wording(text: str, symptom: str) -> N
     "we schedule only 4 GPUs per node for this job",
     "torchrun --nproc_per_node 8 train.py --save-dumps core_dumpster/",
     "nvidia-cuda-validator-44rfx   0/1   Completed   0   14m",
+    "the data loader workers use 100% CPU while the GPUs wait",
 ])
 def test_ordinary_lines_show_no_symptom(text: str) -> None:
     assert shown(text) == {}

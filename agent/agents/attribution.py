@@ -87,12 +87,6 @@ class Features(BaseModel):
     blind: float = 0.0
 
     @property
-    def fits(self) -> bool:
-        """The incident reads like it or shows one of its symptoms: a state that fits neither is never probable,
-        however alone it is on the hosts."""
-        return self.symptom > 0 or self.reading >= 1.0 / READS_LIKE
-
-    @property
     def tied(self) -> bool:
         """The incident's own lines, devices or time tie it (a held-against leaf needs its lines)."""
         return self.text or ((self.dated or self.entity) and not self.held)
@@ -161,7 +155,7 @@ def attribute(taxonomy: Taxonomy, summary: IncidentSummary, confirmed: list[Leaf
     if tied:
         primary = tied
     else:
-        primary = [j for j in causes if scores[j.label] >= PROBABLE and found[j.label][0].fits]
+        primary = [j for j in causes if scores[j.label] >= PROBABLE and _fits(taxonomy, summary, j.label, ranks)]
         level = "probable"
     followed = _follows(primary, causes, links)
     follows = [j for j in ordered if j.label in followed or j.label in implied]
@@ -171,7 +165,8 @@ def attribute(taxonomy: Taxonomy, summary: IncidentSummary, confirmed: list[Leaf
     rest = [j for j in ordered if j not in primary and j not in follows]
     for j in rest:
         links[j.label] += "; " + (f"{primary[0].label} explains the incident better" if primary else
-                                  f"too weak a claim to name it ({scores[j.label]:.2f})" if found[j.label][0].fits
+                                  f"too weak a claim to name it ({scores[j.label]:.2f})"
+                                  if _fits(taxonomy, summary, j.label, ranks)
                                   else "the incident neither reads like it nor shows its symptoms")
     return Attribution(primary=primary, follows=follows, also_found=rest, links=links,
                        levels={j.label: level for j in primary},
@@ -220,8 +215,9 @@ def features(taxonomy: Taxonomy, summary: IncidentSummary, judgement: LeafJudgem
         f.named_elsewhere = not f.named_sub
         where = "in the category of" if f.named_sub else "the incident's lines point to"
         why.append(f"{where} {', '.join(named[:3])}, which the checks did not confirm")
+    # a state that fits the incident in no way explains it no better than nothing: it is no rival
     f.rivals = sum(1 for other in confirmed if other.label != judgement.label
-                   and not _text_fit(taxonomy, summary, other.label))
+                   and not _text_fit(taxonomy, summary, other.label) and _fits(taxonomy, summary, other.label, reading))
     unseen = [(reading[j.label], j.label) for j in tested if j.status == "inconclusive" and j.evidence.unknown
               and reading.get(j.label) and (not rank or reading[j.label] < rank)]
     if unseen:
@@ -272,6 +268,13 @@ def _implied(taxonomy: Taxonomy, confirmed: list[LeafJudgement]) -> dict[str, st
 
 def _kind(device: str) -> str:
     return "rdma" if device.startswith(RDMA_PREFIXES) else "interface"
+
+
+def _fits(taxonomy: Taxonomy, summary: IncidentSummary, label: str, reading: dict[str, int]) -> bool:
+    """The incident reads like it (among its READS_LIKE likeliest causes) or shows one of its symptoms: a state
+    that fits in neither way is never probable, however alone it is on the hosts, and competes with no other."""
+    rank = reading.get(label)
+    return bool(rank and rank <= READS_LIKE) or _symptom_fit(taxonomy, summary.text, label) is not None
 
 
 def _sub(label: str) -> str:

@@ -68,7 +68,7 @@ _PHRASES: dict[str, list[str]] = {
         r"\bcould\s+not\s+select\s+device\s+driver\b",
         # the work runs, on the CPU: the GPU is there but nothing can use it
         r"\b(?:falls?|fell|falling)\s+back\s+to\s+(?:the\s+)?cpu\b|\b(?:runs?|running|ran)\s+(?:only\s+)?on\s+"
-        r"(?:the\s+)?cpu\s+(?:instead|only)\b|\buses?\s+100\s*%\s+(?:of\s+(?:the\s+)?)?cpu\b",
+        r"(?:the\s+)?cpu\s+(?:instead|only)\b",
         r"\bno\s+(?:pre-?installed\s+|nvidia\s+|gpu\s+)?drivers?\s+(?:was\s+|is\s+)?(?:found|detected|loaded)\b",
         # the container runtime could not hand the GPUs to the container
         r"\bnvidia-container-cli:\s+(?:initiali[sz]ation|detection|mount|ldcache)\s+error\b",
