@@ -143,6 +143,12 @@ SIGNATURE_SAMPLES = [
     ('driver-validation: running nvidia-smi: exit status 9', 'SYSTEM_SOFTWARE.DRIVER.KERNEL_MODULE_NOT_LOADED'),
     ('RuntimeError: CUDA error: unknown error',
      'SYSTEM_SOFTWARE.DRIVER.UVM_MODULE_STATE_CORRUPT'),
+    # CUDA broken after a suspend until nvidia_uvm is reloaded: pop-os/default-settings #64, ollama #2934/#5464,
+    # tensorflow #5777, ultralytics #7716 (the fix in each: rmmod nvidia_uvm && modprobe nvidia_uvm)
+    ('After resuming from suspension, GPU functionality inside the container stops working',
+     'SYSTEM_SOFTWARE.DRIVER.UVM_MODULE_STATE_CORRUPT'),
+    ('the GPU becomes unavailable after the laptop wakes up',
+     'SYSTEM_SOFTWARE.DRIVER.UVM_MODULE_STATE_CORRUPT'),
     ('RuntimeError: CUDA error: system not yet initialized',
      'SYSTEM_SOFTWARE.FABRIC_MANAGER.NOT_RUNNING_OR_VERSION_MISMATCH'),
     ('Failed to initialize NVML: Unknown Error',
@@ -277,6 +283,7 @@ SIGNATURE_SAMPLES = [
 # Lines a healthy host prints: no leaf signature may fire on them.
 BENIGN_LINES = [
     "nvidia-smi returned 14 GPUs in 15 s; exit status 0",
+    "INFO resuming from checkpoint /ckpt/step_1200 after the node was drained",
     # torch's store tries IPv6 first and then listens on IPv4: this warning is no failure
     '[W1127 15:01:16.994908806 socket.cpp:464] [c10d] The server socket has failed to bind to [::]:29500 (errno: 98 '
     '- Address already in use).',
