@@ -61,13 +61,14 @@ def checks_page(manifest: dict[str, Any] | None = None) -> str:
            "Each is one self-contained python3 script in `verification_scripts/`; [Checks](../checks.md) says how "
            "they run and how their verdicts are read. Cost is the manifest's expected seconds on a host (what the "
            "benchmarks count), timeout the most a run may take.\n\n",
-           "| check | tier | needs | cost s | timeout s | dated events | taxonomy nodes |\n",
+           "| check | tier | needs | cost s | timeout s | ties to the incident | taxonomy nodes |\n",
            "|---|---|---|---:|---:|---|---:|\n"]
     for c in checks:
         needs = ", ".join(c.get("needs") or []) or "—"
         out.append(f"| [`{c['id']}`](#{c['id']}) | {c.get('tier', 'passive')} | {needs} | "
                    f"{cell(c.get('expected_cost_s'))} | {cell(c.get('timeout_s'))} | "
-                   f"{'yes' if c.get('events') else ''} | {len(c.get('nodes') or [])} |\n")
+                   f"{'dated events' if c.get('events') else 'its job' if c.get('job') else ''} | "
+                   f"{len(c.get('nodes') or [])} |\n")
     for c in checks:
         out.append(f"\n## {c['id']} {{ #{c['id']} }}\n\n{c['description'].rstrip('.')}.\n\n")
         out.append(f"- **script** `verification_scripts/{c['script']}`, tier **{c.get('tier', 'passive')}**")
@@ -79,6 +80,9 @@ def checks_page(manifest: dict[str, Any] | None = None) -> str:
         if c.get("events"):
             out.append("- **dated events**: its evidence is events inside the incident's window, which tie a cause "
                        "to the incident's time\n")
+        if c.get("job"):
+            out.append("- **the incident's own job**: its evidence is the job caught as it fails (its hung ranks), "
+                       "which ties a cause to the incident as a dated event does\n")
         out.append("- **verifies** " + ", ".join(_node_link(n) for n in c.get("nodes") or []) + "\n")
     return "".join(out)
 

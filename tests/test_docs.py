@@ -141,8 +141,12 @@ def test_checks_catalogue_follows_the_manifest() -> None:
                             "timeout_s": 99, "compare": ["driver"], "events": True}]}
     page = gen_pages().checks_page(manifest)
     assert "1 checks: 0 passive" in page and "1 active" in page
-    assert "| [`new_probe`](#new_probe) | active | gpu, idle_gpus | 42 | 99 | yes | 1 |" in page
+    assert "| [`new_probe`](#new_probe) | active | gpu, idle_gpus | 42 | 99 | dated events | 1 |" in page
     assert "[`GPU.MEMORY`](taxonomy.md#gpu-memory)" in page and "`driver`" in page
+    dump = {"checks": [{"id": "dump", "script": "dump.py", "description": "a dump.", "nodes": ["USER_APPLICATION"],
+                        "job": True}]}
+    page = gen_pages().checks_page(dump)
+    assert "| its job | 1 |" in page and "**the incident's own job**" in page
 
 
 def test_taxonomy_page_has_every_node_with_its_anchor() -> None:

@@ -14,7 +14,8 @@ What is weighed for each confirmed leaf (`Features`):
     "reboot" by a tenth);
   - competition: the leaves the incident's lines point to which the checks did not confirm (they lower the claim of a
     leaf elsewhere, and raise one in their own sub-category: an NCCL error line fits several NCCL leaves), the
-    other confirmed leaves nothing ties either (a host that carries several old problems makes each less likely),
+    other confirmed leaves nothing ties either that fit the incident (a host that carries several old problems makes
+    each less likely; one the incident neither reads like nor shows the symptoms of explains it no better than none),
     and the likelier causes that could not be checked from this view (a container sees no kernel log).
 `CLAIM_WEIGHTS` turn them into one probability that the leaf is the incident's cause, against the other confirmed
 leaves and against none of them (a conditional logit; `python -m eval.attribution_fit` fits it on traced benchmark
@@ -81,7 +82,7 @@ class Features(BaseModel):
     symptom: float = 0.0  # how specifically its symptom classes fit the incident's words (0: not at all)
     named_sub: bool = False  # it is in the sub-category of a leaf the lines point to which the checks did not confirm
     named_elsewhere: bool = False  # the lines point to leaves elsewhere which the checks did not confirm
-    rivals: int = 0  # other confirmed leaves nothing ties either
+    rivals: int = 0  # other confirmed leaves nothing ties either that fit the incident (`_fits`)
     # the incident's likelier causes (by its reading) whose checks could not see (UNKNOWN: a tool missing or
     # refused in this view): sum of 1/rank over them; a state found here competes with what could not be looked at
     blind: float = 0.0

@@ -52,8 +52,7 @@ _PHRASES: dict[str, list[str]] = {
         r"\bno\s+devices\s+were\s+found\b",
         r"\bcuda(?:\.is_available\(\))?\s+(?:returns\s+|is\s+)?false\b|is_available\(\)\s*(?:->|returns|is|=+)\s*false",
         r"\b(?:can'?t|cannot|can\s+not|doesn'?t|does\s+not|don'?t|won'?t|will\s+not|unable\s+to|fails?\s+to)\s+"
-        r"(?:see|find|detect|"
-        r"access|use)\s+(?:the\s+|any\s+|my\s+)?(?:gpus?|cuda|nvidia)",
+        r"(?:see|find|detect|access|use)\s+(?:the\s+|any\s+|my\s+)?(?:gpus?|cuda|nvidia)",
         r"\b(?:gpus?|devices?)\s+(?:is\s+|are\s+)?(?:not\s+(?:found|detected|visible)|missing|disappear)",
         r"\b(?:gpu|device)\s+(?:becomes?|became|is|was)\s+(?:unusable|unavailable|inaccessible)",
         r"\bfailed\s+to\s+initiali[sz]e\s+nvml\b|\bcuda\s+(?:driver\s+)?initiali[sz]ation\s+(?:error|failed)",
