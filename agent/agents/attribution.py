@@ -216,7 +216,7 @@ def features(taxonomy: Taxonomy, summary: IncidentSummary, judgement: LeafJudgem
         f.named_elsewhere = not f.named_sub
         where = "in the category of" if f.named_sub else "the incident's lines point to"
         why.append(f"{where} {', '.join(named[:3])}, which the checks did not confirm")
-    # a state that fits the incident in no way explains it no better than nothing: it is no rival
+    # a state that fits the incident in no way explains it no better than "none of them": it is no rival
     f.rivals = sum(1 for other in confirmed if other.label != judgement.label
                    and not _text_fit(taxonomy, summary, other.label) and _fits(taxonomy, summary, other.label, reading))
     unseen = [(reading[j.label], j.label) for j in tested if j.status == "inconclusive" and j.evidence.unknown
