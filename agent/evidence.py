@@ -28,8 +28,6 @@ def _rule(rule: str) -> tuple[str, re.Pattern[str]]:
 def assess(rules: list[str], results: list[CheckResult], undecided: list[str] | tuple[str, ...] = (),
            unseen: list[str] | tuple[str, ...] = ()) -> Evidence:
     compiled = [_rule(r) for r in rules]
-    undecidable = [_rule(r) for r in undecided]
-    hidden = [_rule(r) for r in unseen]
     wanted = {check for check, _ in compiled}
     strong: list[str] = []
     weak: list[str] = []
@@ -54,7 +52,7 @@ def assess(rules: list[str], results: list[CheckResult], undecided: list[str] | 
         for finding in hits:
             entry = f"{result.check}:{finding.id}@{finding.entity or result.host} ({finding.severity})"
             (strong if finding.severity == "FAIL" else weak).append(entry)
-        cannot_judge, cannot_see = _info(result, undecidable), _info(result, hidden)
+        cannot_judge, cannot_see = info_findings(result, undecided), info_findings(result, unseen)
         if not hits and cannot_see:
             unknown.extend(f"{where}: {f.message}"[:200] for f in cannot_see)
         elif not hits and cannot_judge:
@@ -73,13 +71,12 @@ def assess(rules: list[str], results: list[CheckResult], undecided: list[str] | 
                     unknown=_unique(unknown), unasked=_unique(unasked), open=_unique(still_open))
 
 
-def _info(result: CheckResult, rules: list[tuple[str, re.Pattern[str]]]) -> list[Finding]:
-    """The result's INFO findings that one of the compiled rules matches."""
-    return [f for f in result.findings if f.severity == "INFO"
-            and any(check == result.check and pattern.fullmatch(f.id) for check, pattern in rules)]
+def info_findings(result: CheckResult, rules: list[str] | tuple[str, ...]) -> list[Finding]:
+    """The result's INFO findings that one of the rules (`undecided`, `unseen`) names."""
+    return [f for f in result.findings if f.severity == "INFO" and rule_matches(rules, result.check, f.id)]
 
 
-def rule_matches(rules: list[str], check: str, finding_id: str) -> bool:
+def rule_matches(rules: list[str] | tuple[str, ...], check: str, finding_id: str) -> bool:
     """Whether one of the rules names `check` and matches the finding id whole."""
     return any(c == check and pattern.fullmatch(finding_id) for c, pattern in map(_rule, rules))
 

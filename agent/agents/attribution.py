@@ -149,6 +149,7 @@ def attribute(taxonomy: Taxonomy, summary: IncidentSummary, confirmed: list[Leaf
             tied_labels.add(cause)
             links[cause] += f"; the incident's lines, devices or time tie {label}, which follows from it"
     ranks = reading or {}
+    fits = {j.label: _fits(taxonomy, summary, j.label, ranks) for j in unique}
     ordered = sorted(unique, key=lambda j: (-scores[j.label], ranks.get(j.label, len(ranks) + 1)))
     causes = [j for j in ordered if j.label not in implied]
     tied = [j for j in causes if j.label in tied_labels]
@@ -156,7 +157,7 @@ def attribute(taxonomy: Taxonomy, summary: IncidentSummary, confirmed: list[Leaf
     if tied:
         primary = tied
     else:
-        primary = [j for j in causes if scores[j.label] >= PROBABLE and _fits(taxonomy, summary, j.label, ranks)]
+        primary = [j for j in causes if scores[j.label] >= PROBABLE and fits[j.label]]
         level = "probable"
     followed = _follows(primary, causes, links)
     follows = [j for j in ordered if j.label in followed or j.label in implied]
@@ -166,8 +167,7 @@ def attribute(taxonomy: Taxonomy, summary: IncidentSummary, confirmed: list[Leaf
     rest = [j for j in ordered if j not in primary and j not in follows]
     for j in rest:
         links[j.label] += "; " + (f"{primary[0].label} explains the incident better" if primary else
-                                  f"too weak a claim to name it ({scores[j.label]:.2f})"
-                                  if _fits(taxonomy, summary, j.label, ranks)
+                                  f"too weak a claim to name it ({scores[j.label]:.2f})" if fits[j.label]
                                   else "the incident neither reads like it nor shows its symptoms")
     return Attribution(primary=primary, follows=follows, also_found=rest, links=links,
                        levels={j.label: level for j in primary},

@@ -14,7 +14,7 @@ from agent.agents.context import AgentTools
 from agent.agents.reading import IncidentReading
 from agent.audit_records import ConclusionRecord
 from agent.events import ConclusionEvent
-from agent.evidence import rule_matches
+from agent.evidence import info_findings
 from agent.graph.state import Conclusion, DiagnosisState
 from agent.incident import IncidentSummary
 from agent.models import CheckResult, Verdict
@@ -107,9 +107,8 @@ def suspected(taxonomy: Taxonomy, judgements: list[LeafJudgement], results: list
         if len(out) == SUSPECTED:
             break
         leaf = taxonomy.node(label)
-        blind = [r for r in results if r.check in leaf.checks and (
-            (r.verdict == Verdict.UNKNOWN and not r.needs)
-            or any(f.severity == "INFO" and rule_matches(leaf.unseen, r.check, f.id) for f in r.findings))]
+        blind = [r for r in results if r.check in leaf.checks
+                 and ((r.verdict == Verdict.UNKNOWN and not r.needs) or info_findings(r, leaf.unseen))]
         if not blind:
             continue
         commands = list(dict.fromkeys(cmd for r in blind for cmd in r.cmds))
