@@ -63,6 +63,9 @@ class NodeSpec(BaseModel):
     # leaves only: the leaves that follow from this cause wherever it is (a node without NVIDIA packages has no
     # container runtime configured): found together, they are one failure and this leaf its cause
     implies: list[Text] = Field(default_factory=list)
+    # leaves only: the cause breaks only traffic between hosts (GPUDirect RDMA, the IB/RoCE fabric, versions that
+    # differ across nodes): a job on one host never uses that path, so it cannot be that job's cause
+    between_hosts: bool = False
     children: list[NodeSpec] = Field(default_factory=list, min_length=1)
 
 
@@ -81,7 +84,7 @@ class TaxNode(NodeMixin):
                  signatures: list[str] | None = None, checks: list[str] | None = None, runbook: str = "",
                  xids: list[int] | None = None, evidence: list[str] | None = None, symptoms: list[str] | None = None,
                  undecided: list[str] | None = None, unseen: list[str] | None = None, implies: list[str] | None = None,
-                 parent: TaxNode | None = None, **extra: Any):
+                 between_hosts: bool = False, parent: TaxNode | None = None, **extra: Any):
         self.name = name
         self.description = description
         self.severity = severity
@@ -94,6 +97,7 @@ class TaxNode(NodeMixin):
         self.unseen: list[str] = list(unseen or [])
         self.symptoms: list[str] = list(symptoms or [])
         self.implies: list[str] = list(implies or [])
+        self.between_hosts = between_hosts
         self.extra = extra
         self.parent = parent
 
@@ -165,8 +169,9 @@ def _rule_problems(data: dict[str, Any], manifest: Manifest) -> list[str]:
         for key in ("undecided", "unseen"):
             if node.get(key) and node.get("children"):
                 problems.append(f"{label}: {key} rules belong on leaves only")
-        if node.get("implies") and node.get("children"):
-            problems.append(f"{label}: implies belongs on leaves only")
+        for key in ("implies", "between_hosts"):
+            if node.get(key) and node.get("children"):
+                problems.append(f"{label}: {key} belongs on leaves only")
         for rule in [*node.get("evidence", []), *node.get("undecided", []), *node.get("unseen", [])]:
             check, _, pattern = rule.partition(":")
             if check not in node.get("checks", []):

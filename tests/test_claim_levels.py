@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from agent.agents import attribution
 from agent.cli.main import app
 from agent.incident import Incident
+from agent.reasoning import text_signals
 from agent.reasoning.base import Evidence, LeafJudgement
 from agent.reasoning.offline import OfflineReasoner
 from agent.sim.scenario import create_scenario
@@ -105,6 +106,51 @@ def test_a_lone_state_the_incident_neither_reads_like_nor_shows_is_not_probable(
     # the same state, when the incident reads like it, is the probable cause
     near = attribution.attribute(taxonomy, summary, [nvlink], [nvlink], {nvlink.label: 3}, weights={"bias": 3.0})
     assert near.primary == [nvlink] and near.levels[nvlink.label] == "probable"
+
+
+def test_a_job_on_one_host_is_not_blamed_on_the_traffic_between_hosts(tmp_path: Path, data_dir: Path) -> None:
+    # both are real on the host; NCCL's channels via SHM say the job never left it, so GPUDirect RDMA (GPU to NIC,
+    # for traffic between hosts) cannot have stalled it: the ACS redirect of GPU peer traffic is the answer
+    root = create_scenario(tmp_path / "one", faults=[{"fault": "gdr.peermem_missing"},
+                                                    {"fault": "pcie.acs_enabled"}]).root
+    text = ("vLLM with tensor parallel 2 on this server stalls after the first request. "
+            "NCCL INFO Channel 00 : 1[1] -> 0[0] via SHM/direct/direct")
+    contract = json.loads(_diagnose(text, root, data_dir, "--json").stdout)
+    assert [c["label"] for c in contract["root_causes"]] == ["INTERCONNECT_NETWORKING.PCIE.ACS_P2P_HANG"]
+    also = {c["label"]: c["link"] for c in contract["details"]["also_found"]}
+    assert "the job runs on one host (via SHM/)" in also["INTERCONNECT_NETWORKING.GDR.GPUDIRECT_RDMA_DISABLED"]
+
+
+@pytest.mark.parametrize(("text", "one"), [
+    ("NCCL INFO Channel 00/02 : 0[0] -> 1[1] via P2P/IPC", "via P2P/"),
+    ("single node, 8 GPUs, torchrun --nproc_per_node 8", "single node"),
+    ("torchrun --nnodes=1 --nproc_per_node=4 train.py", "--nnodes=1"),
+    ("NCCL INFO comm 0x55d0 rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0", "nNodes 1"),
+    ("hangs across two nodes; NCCL INFO Channel 00 : 0[0] -> 1[1] via P2P/IPC", None),  # and between them
+    ("NCCL INFO Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/0/GDRDMA", None),
+    ("a multi-node job; each node is a single node of 8 GPUs", None),
+    ("the allreduce hangs", None),  # nothing says
+])
+def test_the_job_shape_is_read_from_the_incident_words(text: str, one: str | None) -> None:
+    assert text_signals.one_host(text) == one
+
+
+def test_a_between_hosts_cause_stays_a_candidate_unless_one_host_is_all_the_job_used() -> None:
+    taxonomy = load_taxonomy()
+    reader = OfflineReasoner(taxonomy)
+    gdr = _judgement("INTERCONNECT_NETWORKING.GDR.GPUDIRECT_RDMA_DISABLED", "gdr_status:peermem_missing@host (FAIL)")
+    ranks = {gdr.label: 1}
+    for text, hosts, candidate in [
+            ("allreduce is slow; NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct/direct", 1, False),
+            ("allreduce is slow; NCCL INFO Channel 00 : 0[0] -> 1[1] via SHM/direct/direct", 2, True),  # given two
+            ("allreduce between the two nodes is slow", 1, True),
+            # the incident's own lines name it: they tie it, whatever the shape
+            ("via SHM/direct/direct ... NCCL INFO GPU Direct RDMA Disabled for HCA 0 'mlx5_0' (no module)", 1, True)]:
+        summary = reader.summarize(Incident(text=text))
+        found = attribution.attribute(taxonomy, summary, [gdr], [gdr], ranks, hosts=hosts)
+        assert (found.claims[gdr.label] > 0) == candidate, (text, hosts, found)
+        if not candidate:
+            assert found.also_found == [gdr] and "breaks only traffic between hosts" in found.links[gdr.label]
 
 
 def test_a_container_that_cannot_see_the_cause_names_it_suspected_with_commands(tmp_path: Path,

@@ -52,6 +52,8 @@ TAXONOMY = load_taxonomy()
     ("the checkpoint is corrupted after the restart", "data_missing"),
     ("NCCL WARN Call to connect returned Connection refused", "cannot_connect"),
     ("ncclUnhandledCudaError / unhandled system error during init", "cannot_connect"),
+    ("dso-a100-03:2330:2658 [2] NCCL INFO bootstrap.cc:270 -> 2", "cannot_connect"),
+    ("ubuntu:39964:40075 [0] NCCL INFO misc/socket.cc:564 -> 2", "cannot_connect"),
     ("Training is stuck or core dump", "crash"),
     ("Fatal Python error: Segmentation fault", "crash"),
     ("ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory", "crash"),
@@ -69,6 +71,8 @@ def test_each_class_is_read_from_its_usual_wording(text: str, symptom: str) -> N
     "we schedule only 4 GPUs per node for this job",
     "torchrun --nproc_per_node 8 train.py --save-dumps core_dumpster/",
     "nvidia-cuda-validator-44rfx   0/1   Completed   0   14m",
+    # an NCCL trace of another error (5: invalid usage) from elsewhere in its code
+    "node1:41213:41402 [2] NCCL INFO group.cc:73 -> 5",
     "the data loader workers use 100% CPU while the GPUs wait",
 ])
 def test_ordinary_lines_show_no_symptom(text: str) -> None:

@@ -302,6 +302,11 @@ BENIGN_LINES = [
     '\t\tLnkSta:\tSpeed 32GT/s, Width x16',
     'node1:1234:1234 [0] NCCL INFO cudaDriverVersion 12020',
     'Epoch 3: loss=1.234 lr=3e-4 step_time=0.52s',
+    # how a job was set up is not how it failed: launch commands, container flags and the hardware's description
+    'accelerate launch --config_file=configs/fsdp1.yaml --num_machines=2 train.py',
+    'docker run --gpus all --ipc host --shm-size 32g --network host vllm/vllm-openai:latest',
+    'docker run --gpus all -it --ipc=host nvidia/cuda:12.4.1-devel-ubuntu22.04 /bin/bash',
+    '- GPUs: 4x A100-80GB PCIe (SM80, no NVLink, 2 sockets)',
 ]
 
 
@@ -453,6 +458,7 @@ def test_rejects_node_without_reachable_check() -> None:
     (lambda d: _leaf(d, "LEAF").update(symptoms=["slow", "slow"]), "duplicate entries in symptoms"),
     (lambda d: _leaf(d, "OTHER").update(name="LEAF"), "duplicate child name 'LEAF'"),
     (lambda d: d["children"][0].update(implies=["A.X.LEAF"]), "A: implies belongs on leaves only"),
+    (lambda d: d["children"][0].update(between_hosts=True), "A: between_hosts belongs on leaves only"),
     (lambda d: d["children"][0].update(unseen=["probe_a:x"]), "A: unseen rules belong on leaves only"),
     (lambda d: _leaf(d, "LEAF").update(unseen=["probe_b:x_unseen"]), "names a check the leaf does not list"),
     (lambda d: _leaf(d, "LEAF").update(implies=["A.X"]), "A.X.LEAF: implies 'A.X', which is not a leaf"),

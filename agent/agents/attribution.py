@@ -137,10 +137,12 @@ def attribute(taxonomy: Taxonomy, summary: IncidentSummary, confirmed: list[Leaf
     unique = list({j.label: j for j in confirmed}.values())
     if not unique:
         return Attribution()
-    found = {j.label: features(taxonomy, summary, j, tested, unique, reading or {}, hosts) for j in unique}
+    elsewhere = _off_path(taxonomy, summary, unique, hosts)
+    candidates = [j for j in unique if j.label not in elsewhere]
+    found = {j.label: features(taxonomy, summary, j, tested, candidates, reading or {}, hosts) for j in candidates}
     scores = claims({label: f for label, (f, _) in found.items()}, weights)
     links = {label: why for label, (_, why) in found.items()}
-    implied = _implied(taxonomy, unique)
+    implied = _implied(taxonomy, candidates)
     tied_labels = {label for label, (f, _) in found.items() if f.tied}
     for label, cause in implied.items():  # one failure: the cause takes what followed from it, claim and ties
         scores[cause] += scores[label]
@@ -149,8 +151,8 @@ def attribute(taxonomy: Taxonomy, summary: IncidentSummary, confirmed: list[Leaf
             tied_labels.add(cause)
             links[cause] += f"; the incident's lines, devices or time tie {label}, which follows from it"
     ranks = reading or {}
-    fits = {j.label: _fits(taxonomy, summary, j.label, ranks) for j in unique}
-    ordered = sorted(unique, key=lambda j: (-scores[j.label], ranks.get(j.label, len(ranks) + 1)))
+    fits = {j.label: _fits(taxonomy, summary, j.label, ranks) for j in candidates}
+    ordered = sorted(candidates, key=lambda j: (-scores[j.label], ranks.get(j.label, len(ranks) + 1)))
     causes = [j for j in ordered if j.label not in implied]
     tied = [j for j in causes if j.label in tied_labels]
     level: Level = "confirmed"
@@ -169,6 +171,11 @@ def attribute(taxonomy: Taxonomy, summary: IncidentSummary, confirmed: list[Leaf
         links[j.label] += "; " + (f"{primary[0].label} explains the incident better" if primary else
                                   f"too weak a claim to name it ({scores[j.label]:.2f})" if fits[j.label]
                                   else "the incident neither reads like it nor shows its symptoms")
+    for j in unique:
+        if j.label in elsewhere:
+            rest.append(j)
+            scores[j.label] = 0.0
+            links[j.label] = elsewhere[j.label]
     return Attribution(primary=primary, follows=follows, also_found=rest, links=links,
                        levels={j.label: level for j in primary},
                        claims={label: round(p, 3) for label, p in scores.items()})
@@ -265,6 +272,19 @@ def _implied(taxonomy: Taxonomy, confirmed: list[LeafJudgement]) -> dict[str, st
         if cause != label:
             out[label] = cause
     return out
+
+
+def _off_path(taxonomy: Taxonomy, summary: IncidentSummary, confirmed: list[LeafJudgement],
+              hosts: int) -> dict[str, str]:
+    """Confirmed leaves on a path the incident's job never used -> why: a job on one host (the hosts aidai was
+    given, and the incident's own words) sends nothing between hosts, so a cause that breaks only that traffic
+    (taxonomy `between_hosts`) is not its cause, unless the incident's lines name it."""
+    words = text_signals.one_host(summary.text) if hosts <= 1 else None
+    if not words:
+        return {}
+    return {j.label: f"a state the hosts are in; the job runs on one host ({words}), and it breaks only traffic "
+                     "between hosts"
+            for j in confirmed if taxonomy.node(j.label).between_hosts and not _text_fit(taxonomy, summary, j.label)}
 
 
 def _kind(device: str) -> str:

@@ -102,6 +102,10 @@ _PHRASES: dict[str, list[str]] = {
         r"\bconnection\s+(?:refused|reset|closed)\b|\bno\s+route\s+to\s+host\b",
         r"\b(?:failed|unable)\s+to\s+(?:connect|establish|bootstrap|rendezvous)",
         r"\bunhandled\s+system\s+error\b",
+        # NCCL's trace of a failed call returns ncclSystemError (2) up the stack; from its socket or bootstrap code
+        # that is a connect/accept that failed (NVIDIA/nccl-tests #166: "socketStartConnect: Connect to ... failed",
+        # then "misc/socket.cc:564 -> 2")
+        r"\b(?:socket|bootstrap)\.cc:\d+\s+->\s+2\b",
     ],
     # the process died by itself (a signal, an abort, a core dump): not killed by someone, not a reboot
     "crash": [

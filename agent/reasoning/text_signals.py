@@ -54,6 +54,18 @@ VERSIONS = {
 }
 
 
+# the job's shape in its own words: one host ("single node", torchrun's --nnodes=1, NCCL's "nNodes 1", or NCCL's
+# channels all via P2P/SHM, which it picks only between GPUs of one host) ...
+ONE_HOST = re.compile(r"\b(?:single|one)[- ](?:node|machine|host|server|workstation)\b|--nnodes[= ]1\b|"
+                      r"--num_machines[= ]1\b|\bnNodes 1\b|\bvia (?:P2P|SHM)/", re.IGNORECASE)
+# ... unless anything says it spans several (NCCL's channels via NET/ cross hosts)
+SEVERAL_HOSTS = re.compile(
+    r"\bmulti-?(?:node|host|machine)|\b(?:multiple|several|many|across(?: \w+)?) (?:nodes|machines|hosts|servers)\b|"
+    r"\binter-?node\b|\b(?:[2-9]|\d{2,}|two|three|four|eight)\s?x?\s?(?:nodes|machines|hosts|servers)\b|"
+    r"--nnodes[= ](?:[2-9]|\d{2,})|--num_machines[= ](?:[2-9]|\d{2,})|\bnNodes (?:[2-9]|\d{2,})|\bnodes:\s*[2-9]|"
+    r"\bvia NET/", re.IGNORECASE)
+
+
 def key_lines(text: str, boost: list[re.Pattern[str]] | None = None) -> list[str]:
     """Error lines verbatim (trimmed), lines matching a taxonomy signature first, duplicates dropped."""
     seen: set[str] = set()
@@ -88,6 +100,13 @@ def entities(text: str) -> Entities:
             found.versions[name] = match.group(1)
     return found
 
+
+def one_host(text: str) -> str | None:
+    """The words that show the incident's job runs on one host, or None (several hosts, or nothing says)."""
+    if SEVERAL_HOSTS.search(text):
+        return None
+    match = ONE_HOST.search(text)
+    return match.group(0) if match else None
 
 def _host_name(token: str, text: str, start: int) -> bool:
     """A HOST candidate that reads as a host name: never a device, a product or stage name in mixed case (ZeRO-3,
