@@ -151,6 +151,8 @@ def taxonomy_page(tree: dict[str, Any] | None = None) -> str:
             facts.append("checks " + ", ".join(f"[`{c}`](checks.md#{c})" for c in node["checks"]))
         if node.get("symptoms"):
             facts.append("symptoms " + ", ".join(node["symptoms"]))
+        if node.get("between_hosts"):
+            facts.append("breaks only traffic between hosts (never the cause of a job on one host)")
         if facts:
             out.append("; ".join(facts) + "\n\n")
         if node.get("evidence"):

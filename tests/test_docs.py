@@ -168,6 +168,8 @@ def test_taxonomy_page_has_every_node_with_its_anchor() -> None:
         assert f"`{label}`" in page or "." not in label
     leaves = [n for n in all_labels if not any(o.startswith(n + ".") for o in all_labels)]
     assert f"{len(leaves)} leaves" in page
+    between = page.split("\n`INTERCONNECT_NETWORKING.GDR.GPUDIRECT_RDMA_DISABLED` (leaf)")[1].split("\n#")[0]
+    assert "breaks only traffic between hosts" in between
 
 
 def test_profiles_page_has_every_profile() -> None:
