@@ -17,6 +17,8 @@ What is weighed for each confirmed leaf (`Features`):
     other confirmed leaves nothing ties either that fit the incident (a host that carries several old problems makes
     each less likely; one the incident neither reads like nor shows the symptoms of explains it no better than none),
     and the likelier causes that could not be checked from this view (a container sees no kernel log).
+The job's shape is no weight but a rule: a leaf that breaks only traffic between hosts (taxonomy `between_hosts`) is
+no candidate for a job on one host (`_off_path`), unless the incident's lines name it.
 `CLAIM_WEIGHTS` turn them into one probability that the leaf is the incident's cause, against the other confirmed
 leaves and against none of them (a conditional logit; `python -m eval.attribution_fit` fits it on traced benchmark
 runs and prints its reliability).

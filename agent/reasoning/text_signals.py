@@ -108,6 +108,7 @@ def one_host(text: str) -> str | None:
     match = ONE_HOST.search(text)
     return match.group(0) if match else None
 
+
 def _host_name(token: str, text: str, start: int) -> bool:
     """A HOST candidate that reads as a host name: never a device, a product or stage name in mixed case (ZeRO-3,
     ConnectX-7) or a token with a part no host name has (llama3-70B, A100-SXM-8, nvidia-nccl-cu12); then either
